@@ -1,0 +1,57 @@
+"""The small public SDK that passes, evaluators and targets are written against.
+
+It imports only the standard library and pydantic, so importing it costs nothing; numpy comes in
+with ``engine.core.data``, which plugins import when they need datasets.
+"""
+
+from __future__ import annotations
+
+from engine.core.artifact import FORMATS, ModelArtifact
+from engine.core.config import StrictConfig, library_versions
+from engine.core.errors import (
+    EvaluationError,
+    InputError,
+    KilnError,
+    MissingDependency,
+    PassError,
+    Problem,
+    TargetUnavailable,
+)
+from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
+from engine.core.hashing import canonical_json, digest_tree, sha256_json
+from engine.core.passes import Pass, PassConfig, PassContext, PassResult
+from engine.core.search import Categorical, Distribution, FloatRange, IntRange
+from engine.core.target import Availability, Session, Target, TargetConfig, TensorSpec
+
+__all__ = [
+    "FORMATS",
+    "Availability",
+    "Categorical",
+    "Distribution",
+    "EvalContext",
+    "EvaluationError",
+    "Evaluator",
+    "EvaluatorConfig",
+    "FloatRange",
+    "InputError",
+    "IntRange",
+    "KilnError",
+    "MetricResult",
+    "MissingDependency",
+    "ModelArtifact",
+    "Pass",
+    "PassConfig",
+    "PassContext",
+    "PassError",
+    "PassResult",
+    "Problem",
+    "Session",
+    "StrictConfig",
+    "Target",
+    "TargetConfig",
+    "TensorSpec",
+    "canonical_json",
+    "digest_tree",
+    "library_versions",
+    "sha256_json",
+]

@@ -1,0 +1,77 @@
+"""The evaluator SDK: measure one candidate on one target, return named figures."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from engine.core.config import StrictConfig
+
+if TYPE_CHECKING:
+    from engine.core.artifact import ModelArtifact
+    from engine.core.data import Dataset
+    from engine.core.target import Target
+
+
+class EvaluatorConfig(StrictConfig):
+    """Base of every evaluator's ``Config``."""
+
+
+@dataclass
+class EvalContext:
+    target: Target
+    workdir: Path
+    #: the unoptimized model on the same target; None when evaluating the reference itself
+    reference: ModelArtifact | None = None
+    datasets: dict[str, Callable[[], Dataset]] = field(default_factory=dict)
+
+    def dataset(self, name: str) -> Dataset:
+        try:
+            return self.datasets[name]()
+        except KeyError:
+            known = ", ".join(sorted(self.datasets)) or "none"
+            raise KeyError(f"dataset '{name}' is not declared in the workflow (declared: {known})") from None
+
+
+@dataclass
+class MetricResult:
+    """Figures named ``<metric>_<unit>`` (``p50_ms``, ``cosine_mean``) plus how they were taken."""
+
+    values: dict[str, float]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Evaluator(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Config: ClassVar[type[EvaluatorConfig]] = EvaluatorConfig
+    #: the figures ``evaluate`` returns; checked against ``select`` when a workflow is validated
+    metrics: ClassVar[tuple[str, ...]] = ()
+    #: timing evaluators belong to the host they ran on and never share the machine with other work
+    timing: ClassVar[bool] = False
+    #: compares against the reference model (so the reference digest enters the key)
+    needs_reference: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ()
+    dataset_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: EvaluatorConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @abstractmethod
+    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+        """Measure ``model`` on ``ctx.target``."""
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            "name": cls.name,
+            "version": cls.version,
+            "summary": cls.summary,
+            "metrics": list(cls.metrics),
+            "timing": cls.timing,
+            "config_schema": cls.Config.model_json_schema(),
+        }

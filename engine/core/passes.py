@@ -1,0 +1,124 @@
+"""The pass SDK: a pass is a small class with metadata, a typed ``Config`` and a ``run``.
+
+The base class owns the contract around ``run`` (check the input format, run, check the
+output, wrap failures in ``PassError``), so a subclass writes only ``run`` and, when its output
+format has a stronger check than "the file exists", ``check_output``.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from engine.core.artifact import ModelArtifact
+from engine.core.config import StrictConfig
+from engine.core.errors import KilnError, MissingDependency, PassError
+from engine.core.search import Distribution
+
+if TYPE_CHECKING:
+    from engine.core.data import Dataset
+    from engine.core.target import Target
+
+
+class PassConfig(StrictConfig):
+    """Base of every pass's ``Config``."""
+
+
+@dataclass
+class PassContext:
+    """What a running pass may touch.
+
+    A pass reads its input, writes its model only into ``output_dir`` and scratch files only into
+    ``workdir`` (the process's working directory while it runs); it never prints and never
+    reaches the network.
+    """
+
+    step_id: str
+    workdir: Path
+    output_dir: Path
+    target: Target | None = None
+    input_model: ModelArtifact | None = None
+    datasets: dict[str, Callable[[], Dataset]] = field(default_factory=dict)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("kiln.pass"))
+
+    def dataset(self, name: str) -> Dataset:
+        try:
+            loader = self.datasets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.datasets)) or "none"
+            raise KilnError(f"step '{self.step_id}' asked for dataset '{name}', which the workflow does not declare (declared: {known})") from None
+        return loader()
+
+
+@dataclass
+class PassResult:
+    """The output model plus what the pass did to it, in figures a report can show."""
+
+    model: ModelArtifact
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Pass(ABC):
+    """One transformation of a model. Subclasses set the class attributes and write ``run``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    version: ClassVar[str] = "1"
+    accepts: ClassVar[tuple[str, ...]]
+    produces: ClassVar[str]
+    target_dependent: ClassVar[bool] = False
+    #: distributions whose versions change what the pass writes: they enter every job key
+    libraries: ClassVar[tuple[str, ...]] = ()
+    Config: ClassVar[type[PassConfig]] = PassConfig
+    #: options worth searching, with their default search distributions
+    search_space: ClassVar[dict[str, Distribution]] = {}
+    #: names of options that hold a dataset name (checked against the workflow's ``data``)
+    dataset_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: PassConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @abstractmethod
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        """Transform ``model``; write the result into ``ctx.output_dir``."""
+
+    def check_output(self, result: PassResult, ctx: PassContext) -> None:
+        """Raise if the output is not a usable model of ``produces``. Formats add stronger checks."""
+        if result.model.format != self.produces:
+            raise ValueError(f"declared to produce {self.produces!r} but produced {result.model.format!r}")
+        if not result.model.model_file.exists():
+            raise ValueError(f"the output model file {result.model.model_file.name} was not written")
+
+    def __call__(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        if model.format not in self.accepts:
+            raise PassError(self.name, ctx.step_id, model.digest, f"accepts {', '.join(self.accepts)} models, got a {model.format} model")
+        try:
+            result = self.run(model, ctx)
+            self.check_output(result, ctx)
+        except (PassError, MissingDependency):
+            raise
+        except KilnError as error:
+            raise PassError(self.name, ctx.step_id, model.digest, str(error)) from error
+        except Exception as error:  # noqa: BLE001 - third-party libraries raise anything; the pass is named in what we raise
+            raise PassError(self.name, ctx.step_id, model.digest, f"{type(error).__name__}: {error}") from error
+        return result
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """Metadata and the config schema, for ``engine passes NAME`` and the docs."""
+        return {
+            "name": cls.name,
+            "version": cls.version,
+            "summary": cls.summary,
+            "accepts": list(cls.accepts),
+            "produces": cls.produces,
+            "target_dependent": cls.target_dependent,
+            "libraries": list(cls.libraries),
+            "config_schema": cls.Config.model_json_schema(),
+            "search_space": {k: v.to_json() for k, v in cls.search_space.items()},
+        }

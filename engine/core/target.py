@@ -1,0 +1,92 @@
+"""Targets: a device plus the runtime that runs models on it.
+
+A target opens inference sessions; evaluators measure through them, and target-dependent passes
+read their fingerprint. A target that cannot run here says why instead of failing later.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from engine.core.config import StrictConfig, library_versions
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.core.artifact import ModelArtifact
+
+
+class TargetConfig(StrictConfig):
+    """Fields every target has; a runtime's config adds its own options."""
+
+    id: str = Field(description="Name chosen by the user; used in steps' `targets:` and in outputs.")
+    runtime: str = Field(description="Which runtime family runs models on this target.")
+    device: str = Field(default="cpu", description="The device the runtime runs on.")
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # a numpy dtype name: float32, int64, ...
+    shape: tuple[int | str | None, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass
+class Session(ABC):
+    """A loaded model ready to run. ``details`` records the settings actually in force."""
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @abstractmethod
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run once; outputs in the order of ``outputs``."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the runtime's resources."""
+
+
+class Target(ABC):
+    runtime: ClassVar[str]
+    summary: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Config: ClassVar[type[TargetConfig]] = TargetConfig
+    #: model formats this target's sessions open
+    accepts: ClassVar[tuple[str, ...]]
+    libraries: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: TargetConfig) -> None:
+        self.config = config
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether this target can run here, and if not, why (in words a user can act on)."""
+
+    @abstractmethod
+    def open_session(self, model: ModelArtifact) -> Session:
+        """Load ``model`` for inference with this target's settings."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What makes results on this target differ from another's: runtime, device, options,
+        library versions. The user's ``id`` is left out, so renaming a target reuses the cache."""
+        options = self.config.to_json()
+        options.pop("id", None)
+        return {"runtime": self.runtime, "version": self.version, "options": options, "libraries": library_versions(self.libraries)}

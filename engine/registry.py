@@ -1,0 +1,72 @@
+"""Find passes, evaluators, targets and data sources by name.
+
+Built-in plugins are listed here as ``module:Class`` strings and imported only when used, so
+listing names costs nothing; third-party plugins register under the entry-point groups
+``kiln.passes``, ``kiln.evaluators``, ``kiln.targets`` and ``kiln.datasources``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from engine.core.errors import KilnError
+
+BUILTIN: dict[str, dict[str, str]] = {
+    "passes": {
+        "torch_export": "passes.export.torch_export:TorchExport",
+        "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
+    },
+    "evaluators": {
+        "latency": "evaluators.latency:Latency",
+        "fidelity": "evaluators.fidelity:Fidelity",
+    },
+    "targets": {
+        "onnxruntime": "targets.onnxruntime:OnnxRuntimeTarget",
+    },
+    "datasources": {
+        "text_lines": "evaluators.data.text_lines:TextLines",
+        "synthetic": "evaluators.data.synthetic:Synthetic",
+    },
+}
+
+KINDS = tuple(BUILTIN)
+
+
+class UnknownPlugin(KilnError):
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind, self.name, self.known = kind, name, known
+        self.suggestion = suggest(name, known)
+        extra = f" Did you mean '{self.suggestion}'?" if self.suggestion else ""
+        super().__init__(f"no {kind[:-1]} named '{name}'; known: {', '.join(known)}.{extra}")
+
+
+def suggest(given: str, known: list[str] | tuple[str, ...]) -> str | None:
+    """The closest known name, if one is close enough to be a typo."""
+    matches = difflib.get_close_matches(str(given), list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+@cache
+def _index(kind: str) -> dict[str, str]:
+    index = dict(BUILTIN[kind])
+    for entry in metadata.entry_points(group=f"kiln.{kind}"):
+        index.setdefault(entry.name, entry.value)
+    return index
+
+
+def names(kind: str) -> list[str]:
+    return sorted(_index(kind))
+
+
+@cache
+def load(kind: str, name: str) -> Any:
+    """The plugin class registered as ``name``; raises ``UnknownPlugin`` with a suggestion."""
+    index = _index(kind)
+    if name not in index:
+        raise UnknownPlugin(kind, name, sorted(index))
+    module_name, _, attr = index[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)

@@ -1,0 +1,101 @@
+"""Writing and checking ONNX files so that the runtime that consumes them can load them.
+
+onnx 1.23 writes IR 14 / opset 28 by default, which onnxruntime 1.31 refuses ("Unsupported model
+IR version"); every pass that writes ONNX goes through ``save_onnx``, which clamps both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.core import Pass, PassContext, PassResult
+
+if TYPE_CHECKING:
+    import onnx
+
+MODEL_FILE = "model.onnx"
+EXTERNAL_DATA_FILE = "model.onnx.data"
+#: protobuf cannot serialize a message over 2 GiB: larger weights go to external data
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+# The highest IR version and default-domain opset each onnxruntime release loads. Kept by hand:
+# onnxruntime exposes no API for it. Releases not listed take the entry of the nearest older one.
+_ORT_LIMITS: list[tuple[tuple[int, int], tuple[int, int]]] = [
+    ((1, 16), (9, 19)),
+    ((1, 18), (10, 21)),
+    ((1, 20), (10, 21)),
+    ((1, 22), (11, 22)),
+    ((1, 23), (11, 23)),
+    ((1, 24), (12, 24)),
+    ((1, 31), (13, 26)),
+]
+
+
+def ort_limits() -> tuple[int, int]:
+    """(max IR version, max opset) of the installed onnxruntime."""
+    import onnxruntime
+
+    major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
+    limits = _ORT_LIMITS[0][1]
+    for version, bound in _ORT_LIMITS:
+        if (major, minor) >= version:
+            limits = bound
+    return limits
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 0
+
+
+def clamp_ir_version(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Lower the IR version to what onnxruntime loads (the opset is the exporter's choice and is
+    checked, not rewritten: rewriting opsets changes semantics)."""
+    max_ir, _ = ort_limits()
+    if model.ir_version > max_ir:
+        model.ir_version = max_ir
+    return model
+
+
+def save_onnx(model: onnx.ModelProto, out_dir: Path) -> Path:
+    """Save ``model`` as ``out_dir/model.onnx`` (weights over ~1.8 GB as external data)."""
+    import onnx
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clamp_ir_version(model)
+    path = out_dir / MODEL_FILE
+    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    if weight_bytes > EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=EXTERNAL_DATA_FILE, size_threshold=1024)
+    else:
+        onnx.save_model(model, str(path))
+    return path
+
+
+def check_onnx(path: Path) -> None:
+    """Raise ValueError unless ``path`` passes ``onnx.checker`` and fits onnxruntime's limits."""
+    import onnx
+
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    max_ir, max_opset = ort_limits()
+    if model.ir_version > max_ir:
+        raise ValueError(f"IR version {model.ir_version} is above {max_ir}, the highest the installed onnxruntime loads")
+    opset = default_opset(model)
+    if opset > max_opset:
+        raise ValueError(f"opset {opset} is above {max_opset}, the highest the installed onnxruntime loads")
+
+
+class OnnxPass(Pass):
+    """Base of passes that write ONNX: the output is checked with onnx.checker and the runtime's
+    IR / opset limits before it is accepted."""
+
+    produces = "onnx"
+
+    def check_output(self, result: PassResult, ctx: PassContext) -> None:
+        super().check_output(result, ctx)
+        check_onnx(result.model.model_file)
