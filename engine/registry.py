@@ -2,18 +2,21 @@
 
 Built-in plugins are listed here as ``module:Class`` strings and imported only when used, so
 listing names costs nothing; third-party plugins register under the entry-point groups
-``kiln.passes``, ``kiln.evaluators``, ``kiln.targets`` and ``kiln.datasources``.
+``kiln.passes``, ``kiln.evaluators``, ``kiln.targets`` and ``kiln.datasources``. For a plugin
+under development (no package yet), ``KILN_PLUGINS="passes:my_pass=my_module:MyPass,..."`` adds
+entries; worker processes inherit it, so such a plugin runs like any other.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import os
 from functools import cache
 from importlib import metadata
 from typing import Any
 
-from engine.core.errors import KilnError
+from engine.core.errors import KilnError, MissingDependency
 
 BUILTIN: dict[str, dict[str, str]] = {
     "passes": {
@@ -55,6 +58,11 @@ def _index(kind: str) -> dict[str, str]:
     index = dict(BUILTIN[kind])
     for entry in metadata.entry_points(group=f"kiln.{kind}"):
         index.setdefault(entry.name, entry.value)
+    for item in filter(None, os.environ.get("KILN_PLUGINS", "").split(",")):
+        item_kind, _, rest = item.strip().partition(":")
+        name, _, target = rest.partition("=")
+        if item_kind == kind and name and target:
+            index[name] = target
     return index
 
 
@@ -69,4 +77,15 @@ def load(kind: str, name: str) -> Any:
     if name not in index:
         raise UnknownPlugin(kind, name, sorted(index))
     module_name, _, attr = index[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as error:
+        if (
+            error.name
+            and not module_name.startswith(error.name)
+            and error.name.split(".")[0] not in ("passes", "evaluators", "targets", "engine")
+        ):
+            raise MissingDependency(error.name, f"the {kind[:-1]} '{name}'") from error
+        raise KilnError(f"the {kind[:-1]} '{name}' is registered as {index[name]}, which cannot be imported: {error}") from error
+    except AttributeError as error:
+        raise KilnError(f"the {kind[:-1]} '{name}' is registered as {index[name]}, which does not exist: {error}") from error

@@ -49,6 +49,7 @@ __all__ = [
     "StrictConfig",
     "Target",
     "TargetConfig",
+    "TargetUnavailable",
     "TensorSpec",
     "canonical_json",
     "digest_tree",

@@ -50,7 +50,9 @@ class PassContext:
             loader = self.datasets[name]
         except KeyError:
             known = ", ".join(sorted(self.datasets)) or "none"
-            raise KilnError(f"step '{self.step_id}' asked for dataset '{name}', which the workflow does not declare (declared: {known})") from None
+            raise KilnError(
+                f"step '{self.step_id}' asked for dataset '{name}', which the workflow does not declare (declared: {known})"
+            ) from None
         return loader()
 
 
@@ -104,7 +106,7 @@ class Pass(ABC):
             raise
         except KilnError as error:
             raise PassError(self.name, ctx.step_id, model.digest, str(error)) from error
-        except Exception as error:  # noqa: BLE001 - third-party libraries raise anything; the pass is named in what we raise
+        except Exception as error:
             raise PassError(self.name, ctx.step_id, model.digest, f"{type(error).__name__}: {error}") from error
         return result
 

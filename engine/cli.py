@@ -1,0 +1,149 @@
+"""The `engine` command: a thin layer over the functions in engine.run, engine.planner and
+engine.workflow. Heavy libraries load only inside the command that needs them, so `engine
+--help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine import __version__
+from engine.core.errors import InputError, KilnError
+
+EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="engine", description="Kiln: turn a trained model into the fastest model that still meets its accuracy bar, per target."
+    )
+    parser.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="validate, plan, run and select; write the best model(s) and records")
+    run.add_argument("workflow", type=Path)
+    run.add_argument("--store", type=Path, help="artifact store folder (default: the workflow's cache.dir, $KILN_STORE, ~/.cache/kiln)")
+    run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
+    run.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+
+    validate = sub.add_parser("validate", help="check workflow files and report every problem at once")
+    validate.add_argument("workflows", type=Path, nargs="+")
+
+    plan = sub.add_parser("plan", help="print the job DAG and, per job, whether the cache has it (runs nothing)")
+    plan.add_argument("workflow", type=Path)
+    plan.add_argument("--store", type=Path)
+    plan.add_argument("--explain", action="store_true", help="for each miss, say which part of its key changed since the last run")
+
+    sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
+    for kind in ("passes", "evaluators", "targets", "data"):
+        listing = sub.add_parser(kind, help=f"list the {kind if kind != 'data' else 'data sources'}, or show one's options")
+        listing.add_argument("name", nargs="?")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return EXIT_OK
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "validate":
+            return _cmd_validate(args)
+        if args.command == "plan":
+            return _cmd_plan(args)
+        if args.command == "schema":
+            from engine.schema_doc import full_schema
+
+            print(json.dumps(full_schema(), indent=2))
+            return EXIT_OK
+        return _cmd_list(args.command, args.name)
+    except InputError as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished jobs are in the store; run the same command again to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KilnError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _store_dir(args: argparse.Namespace, resolved: Any) -> Path:
+    from engine.workflow import default_store_dir
+
+    return args.store.resolve() if getattr(args, "store", None) else default_store_dir(resolved)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from engine.workflow import load_workflow
+
+    code = EXIT_OK
+    for file in args.workflows:
+        try:
+            resolved = load_workflow(file)
+        except InputError as error:
+            print(str(error), file=sys.stderr)
+            code = EXIT_BAD_INPUT
+            continue
+        skipped = [f"{t.id} ({t.availability.reason})" for t in resolved.targets.values() if not t.availability.ok]
+        note = f"; targets unavailable here: {', '.join(skipped)}" if skipped else ""
+        print(f"{file}: valid ({len(resolved.steps)} steps, {len(resolved.targets)} targets, {len(resolved.evaluators)} evaluations){note}")
+    return code
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from engine.report import print_plan
+    from engine.run import Runner
+    from engine.store import Store
+    from engine.workflow import load_workflow
+
+    resolved = load_workflow(args.workflow)
+    runner = Runner(resolved, Store(_store_dir(args, resolved)))
+    print_plan(runner, explain_misses=args.explain)
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from engine.emit import write_outputs
+    from engine.report import Progress, print_summary
+    from engine.run import run_workflow
+    from engine.store import Store
+    from engine.workflow import load_workflow
+
+    resolved = load_workflow(args.workflow)
+    store = Store(_store_dir(args, resolved))
+    output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+    with Progress(quiet=args.quiet, events_file=output / "events.jsonl") as progress:
+        report = run_workflow(resolved, store, on_event=progress.event)
+    write_outputs(report, output)
+    print_summary(report)
+    runnable = [t for t in resolved.targets.values() if t.availability.ok]
+    chosen = report.chosen()
+    return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+
+
+def _cmd_list(kind: str, name: str | None) -> int:
+    from engine import registry
+    from engine.report import print_plugin, print_plugins
+
+    registry_kind = "datasources" if kind == "data" else kind
+    if name is None:
+        print_plugins(registry_kind)
+        return EXIT_OK
+    try:
+        cls = registry.load(registry_kind, name)
+    except registry.UnknownPlugin as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print_plugin(registry_kind, cls)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

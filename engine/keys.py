@@ -1,0 +1,110 @@
+"""Job keys: the sha256 of a canonical document naming everything that changes a job's result.
+
+The key document is stored next to the result, so a later plan can say which field changed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from functools import cache
+from typing import Any
+
+from engine.core.config import library_versions
+from engine.core.hashing import SCHEME, sha256_json
+
+
+def _key(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    doc = {"scheme": SCHEME, **doc}
+    return sha256_json(doc), doc
+
+
+def pass_key(
+    pass_cls: Any, config: dict[str, Any], input_digest: str, data: dict[str, str], target: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    return _key(
+        {
+            "kind": "pass",
+            "pass": pass_cls.name,
+            "version": pass_cls.version,
+            "config": config,
+            "input": input_digest,
+            "data": data,
+            "target": target if pass_cls.target_dependent else None,
+            "libraries": library_versions(pass_cls.libraries),
+        }
+    )
+
+
+def eval_key(
+    evaluator_cls: Any,
+    config: dict[str, Any],
+    model_digest: str,
+    reference_digest: str | None,
+    target: dict[str, Any],
+    data: dict[str, str],
+) -> tuple[str, dict[str, Any]]:
+    return _key(
+        {
+            "kind": "eval",
+            "evaluator": evaluator_cls.name,
+            "version": evaluator_cls.version,
+            "config": config,
+            "model": model_digest,
+            "reference": reference_digest if evaluator_cls.needs_reference else None,
+            "target": target,
+            "data": data,
+            "host": host_fingerprint() if evaluator_cls.timing else None,
+            "libraries": library_versions(evaluator_cls.libraries),
+        }
+    )
+
+
+def dataset_key(
+    source_cls: Any, config: dict[str, Any], file_digests: dict[str, str], input_digest: str | None
+) -> tuple[str, dict[str, Any]]:
+    """Paths are replaced by their contents' digests: moving a data file keeps its key."""
+    portable = {name: (file_digests[name] if name in file_digests else value) for name, value in config.items()}
+    return _key(
+        {
+            "kind": "dataset",
+            "source": source_cls.name,
+            "version": source_cls.version,
+            "config": portable,
+            "input": input_digest,
+            "libraries": library_versions(source_cls.libraries),
+        }
+    )
+
+
+_ISA = re.compile(r"^(avx\w*|amx\w*|sse4_\d|fma|f16c|vnni\w*)$")
+
+
+@cache
+def host_fingerprint() -> dict[str, Any]:
+    """What timings depend on: CPU model, core count, the vector ISA flags."""
+    model, flags = "", []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = sorted(f for f in line.split(":", 1)[1].split() if _ISA.match(f))
+                    break
+    except OSError:
+        pass
+    return {"machine": platform.machine(), "cpu": model or platform.processor(), "cores": os.cpu_count(), "isa": flags}
+
+
+def explain(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """The fields that differ between two key documents, as dotted paths."""
+    changed = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed.extend(explain(a, b, f"{prefix}{name}."))
+        elif a != b:
+            changed.append(f"{prefix}{name}")
+    return changed

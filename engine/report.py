@@ -1,0 +1,250 @@
+"""Terminal rendering (rich): progress lines, the plan, the summary table, plugin listings.
+Only the CLI calls this module; plugins never print."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from engine import registry
+from engine.keys import eval_key, explain
+from engine.results import CandidateResult, RunReport
+from engine.run import Runner
+
+# A pipe or a CI log has no width: give tables room instead of folding every cell.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
+
+
+class Progress:
+    """Renders run events as lines and appends each as JSON to ``events.jsonl``."""
+
+    def __init__(self, quiet: bool, events_file: Path) -> None:
+        self.quiet = quiet
+        self.events_file = events_file
+        self.handle: Any = None
+        self.started = time.perf_counter()
+
+    def __enter__(self) -> Progress:
+        self.events_file.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.events_file, "a", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+    def event(self, kind: str, fields: dict[str, Any]) -> None:
+        self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")
+        self.handle.flush()
+        if self.quiet:
+            return
+        at = f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim]"
+        if kind == "plan":
+            skipped = "".join(f"\n          [yellow]target {t} SKIPPED[/yellow]: {why}" for t, why in fields["skipped"].items())
+            console.print(f"{at} plan: {fields['jobs']} pass jobs, {fields['candidates']} candidates{skipped}")
+        elif kind == "dataset_start":
+            console.print(f"{at} dataset {fields['name']}: reading")
+        elif kind == "dataset_end" and not fields.get("ok"):
+            console.print(f"{at} dataset {fields['name']}: [red]failed[/red]: {fields.get('error')}")
+        elif kind == "job_start":
+            console.print(f"{at} run   {fields['job']}")
+        elif kind == "job_end":
+            status = fields["status"]
+            if status == "hit":
+                console.print(f"{at} [dim]cache {fields['job']}[/dim]")
+            elif status == "failed":
+                console.print(f"{at} [red]fail[/red]  {fields['job']}: {_first_line(fields.get('error'))}")
+            else:
+                console.print(f"{at} [green]done[/green]  {fields['job']} ({fields.get('seconds')} s)")
+        elif kind == "eval_start":
+            console.print(f"{at} eval  {fields['candidate']} {fields['evaluation']}")
+        elif kind == "eval_end" and not fields.get("ok"):
+            console.print(f"{at} [red]fail[/red]  {fields['candidate']} {fields['evaluation']}: {_first_line(fields.get('error'))}")
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if text and text.strip() else ""
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def _state(result: CandidateResult) -> str:
+    if result.chosen:
+        return "[bold green]★ chosen[/bold green]"
+    if result.state == "failed":
+        return "[red]failed[/red]"
+    if result.feasible is False:
+        return "[yellow]rejected[/yellow]"
+    return "ok"
+
+
+def print_summary(report: RunReport) -> None:
+    spec = report.resolved.spec.select
+    objective = spec.objective.metric
+    columns = [objective] + [c.metric for c in spec.constraints if c.metric != objective]
+    table = Table(title=f"{report.resolved.name}: candidates", title_justify="left")
+    for name in ("target", "#", "path", "state", *columns):
+        table.add_column(name, justify="right" if name in columns else "left", overflow="fold")
+    table.add_column(f"vs ref ({objective})", justify="right")
+    table.add_column("why", overflow="fold")
+    for target in report.resolved.targets:
+        rows = [r for r in report.results if r.candidate.target == target]
+        ref = next((r for r in rows if r.candidate.reference), None)
+        ref_value = ref.metrics.get(objective) if ref else None
+        for result in rows:
+            value = result.metrics.get(objective)
+            ratio = "—"
+            if value and ref_value:
+                ratio = f"{(ref_value / value if spec.objective.goal == 'min' else value / ref_value):.2f}x"
+            why = "; ".join(result.violations) if result.violations else _first_line(result.reason)
+            label = result.label + (" [dim](reference)[/dim]" if result.candidate.reference else "")
+            table.add_row(
+                target,
+                result.candidate.id.split("/")[-1],
+                label,
+                _state(result),
+                *(_num(result.metrics.get(c)) for c in columns),
+                ratio,
+                why,
+            )
+    console.print(table)
+    for target, why in report.plan.skipped_targets.items():
+        console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
+    for note in report.plan.dropped:
+        console.print(f"[dim]note: {note}[/dim]")
+    stats = report.stats
+    console.print(
+        f"passes: {stats.passes_run} run ({stats.pass_seconds:.1f} s), {stats.passes_cached} cached · "
+        f"evaluations: {stats.evals_run} run ({stats.eval_seconds:.1f} s), {stats.evals_cached} cached · "
+        f"datasets: {stats.datasets_run} read, {stats.datasets_cached} cached · wall {report.wall_s:.1f} s"
+    )
+    failed = [r for r in report.results if r.state == "failed"]
+    if failed:
+        console.print(f"[red]{len(failed)} candidate(s) failed:[/red]")
+        for result in failed:
+            console.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
+    chosen = report.chosen()
+    for target in report.resolved.targets:
+        if target in chosen:
+            where = report.output_dir / target / "model" if report.output_dir else "(not written)"
+            console.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
+        elif target not in report.plan.skipped_targets:
+            console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
+    if report.output_dir:
+        console.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
+
+
+def print_plan(runner: Runner, explain_misses: bool = False) -> None:
+    plan, store = runner.plan, runner.store
+    runner.compute_dataset_keys()
+    console.print(
+        f"[bold]{runner.resolved.name}[/bold]: input {runner.input.format} {runner.input.digest[:12]} · {len(plan.jobs)} pass jobs · {len(plan.candidates)} candidates · store {store.root}"
+    )
+    for target, why in plan.skipped_targets.items():
+        console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
+    digests: dict[str, str | None] = {}
+    for job_id in plan.job_order():
+        job = plan.jobs[job_id]
+        parent = runner.input.digest if job.parent is None else digests.get(job.parent)
+        depth = 0
+        walker = job.parent
+        while walker:
+            depth, walker = depth + 1, plan.jobs[walker].parent
+        indent = "  " * depth
+        if parent is None:
+            digests[job_id] = None
+            console.print(f"  {indent}[yellow]MISS[/yellow] {job.label} [dim](its input is not built yet)[/dim]")
+            continue
+        key, doc = runner.job_key(job_id, parent)
+        record = store.lookup(key)
+        digests[job_id] = record["digest"] if record else None
+        status = "[green]HIT [/green]" if record else "[yellow]MISS[/yellow]"
+        console.print(f"  {indent}{status} {job.label} [dim]{key[:12]}[/dim]")
+        if explain_misses and not record:
+            console.print(f"  {indent}     [dim]{_why(store.recall(runner.slot(job_id)), doc)}[/dim]")
+    for target in runner.resolved.targets:
+        candidates = plan.candidates_of(target)
+        if not candidates:
+            continue
+        console.print(f"[bold]{target}[/bold]: {len(candidates)} candidates x {len(runner.resolved.evaluators)} evaluations")
+        reference_digest = None
+        for candidate in candidates:
+            model_digest = runner.input.digest if not candidate.jobs else digests.get(candidate.jobs[-1])
+            if candidate.reference:
+                reference_digest = model_digest
+            marks = []
+            for entry in runner.resolved.evaluators.values():
+                if model_digest is None or (entry.cls.needs_reference and not candidate.reference and reference_digest is None):
+                    marks.append(f"{entry.id}:[yellow]MISS[/yellow]")
+                    continue
+                key, _ = eval_key(
+                    entry.cls,
+                    entry.config,
+                    model_digest,
+                    None if candidate.reference else reference_digest,
+                    runner.resolved.targets[target].instance.fingerprint(),
+                    runner._data_refs(entry.cls, entry.config),
+                )
+                marks.append(f"{entry.id}:" + ("[green]HIT[/green]" if store.lookup(key) else "[yellow]MISS[/yellow]"))
+            ref = " [dim](reference)[/dim]" if candidate.reference else ""
+            console.print(f"  {candidate.id.split('/')[-1]:>3} {plan.label(candidate)}{ref}  " + " ".join(marks))
+    for note in plan.dropped:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def _why(previous: dict[str, Any] | None, doc: dict[str, Any]) -> str:
+    if previous is None:
+        return "never run before"
+    changed = explain(previous.get("key_doc") or {}, doc)
+    return "changed since the last run: " + (
+        ", ".join(changed) if changed else "nothing in the key (its result was removed from the store)"
+    )
+
+
+def print_plugins(kind: str) -> None:
+    table = Table(title=kind, title_justify="left")
+    table.add_column("name")
+    table.add_column("summary", overflow="fold")
+    for name in registry.names(kind):
+        try:
+            cls = registry.load(kind, name)
+            summary = cls.summary
+        except (ImportError, AttributeError) as error:
+            summary = f"[red]cannot load: {error}[/red]"
+        table.add_row(name, summary)
+    console.print(table)
+
+
+def print_plugin(kind: str, cls: Any) -> None:
+    name = getattr(cls, "name", None) or getattr(cls, "runtime", "")
+    console.print(f"[bold]{name}[/bold] — {cls.summary}")
+    for attr in ("accepts", "produces", "target_dependent", "metrics", "timing", "libraries"):
+        if hasattr(cls, attr):
+            value = getattr(cls, attr)
+            console.print(f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else value}")
+    table = Table(title="options", title_justify="left")
+    for column in ("option", "type", "default", "description"):
+        table.add_column(column, overflow="fold")
+    for option, info in cls.Config.model_fields.items():
+        if option in ("id", "runtime", "source"):
+            continue
+        annotation = str(info.annotation).replace("typing.", "")
+        default = "required" if info.is_required() else json.dumps(info.get_default(call_default_factory=True), default=str)
+        table.add_row(option, annotation, default, info.description or "")
+    console.print(table)
+    space = getattr(cls, "search_space", {})
+    if space:
+        console.print("  searchable: " + ", ".join(f"{k} {v.to_json()}" for k, v in space.items()))

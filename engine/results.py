@@ -1,0 +1,67 @@
+"""What a run produced: job states, candidate results, counts. Plain data, no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.core.artifact import ModelArtifact
+from engine.planner import Candidate, Plan
+from engine.store import Store
+from engine.workflow.resolve import ResolvedWorkflow
+
+
+@dataclass
+class JobState:
+    job_id: str
+    key: str | None = None
+    status: str = "pending"  # hit | ran | failed | upstream-failed
+    artifact: ModelArtifact | None = None
+    record: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass
+class CandidateResult:
+    candidate: Candidate
+    label: str
+    state: str = "pending"  # complete | failed
+    reason: str | None = None
+    model: ModelArtifact | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    eval_keys: dict[str, str] = field(default_factory=dict)
+    feasible: bool | None = None
+    violations: list[str] = field(default_factory=list)
+    chosen: bool = False
+    pareto: bool = False
+
+
+@dataclass
+class Stats:
+    passes_run: int = 0
+    passes_cached: int = 0
+    evals_run: int = 0
+    evals_cached: int = 0
+    datasets_run: int = 0
+    datasets_cached: int = 0
+    pass_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+
+@dataclass
+class RunReport:
+    resolved: ResolvedWorkflow
+    plan: Plan
+    store: Store
+    input: ModelArtifact
+    datasets: dict[str, str]  # name -> dataset key
+    jobs: dict[str, JobState]
+    results: list[CandidateResult]
+    stats: Stats
+    wall_s: float = 0.0
+    output_dir: Path | None = None
+
+    def chosen(self) -> dict[str, CandidateResult]:
+        return {r.candidate.target: r for r in self.results if r.chosen}

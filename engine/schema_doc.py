@@ -1,0 +1,41 @@
+"""The full JSON Schema of a workflow: the file's shape plus every registered plugin's options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import registry
+from engine.workflow.schema import Workflow
+
+
+def _plugin_branches(kind: str, key: str, where: str) -> list[dict[str, Any]]:
+    branches = []
+    for name in registry.names(kind):
+        cls = registry.load(kind, name)
+        schema = cls.Config.model_json_schema()
+        if where:
+            then = {"properties": {where: schema}}
+        else:
+            then = schema
+        branches.append({"if": {"properties": {key: {"const": name}}, "required": [key]}, "then": then})
+    return branches
+
+
+def full_schema() -> dict[str, Any]:
+    schema = Workflow.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Kiln workflow (version 1)"
+    defs = schema.setdefault("$defs", {})
+    defs["StepSpec"]["allOf"] = _plugin_branches("passes", "pass", "config")
+    defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", "evaluator", "config")
+    schema["properties"]["targets"]["items"] = {
+        "type": "object",
+        "required": ["id", "runtime"],
+        "allOf": _plugin_branches("targets", "runtime", ""),
+    }
+    schema["properties"]["data"]["additionalProperties"] = {
+        "type": "object",
+        "required": ["source"],
+        "allOf": _plugin_branches("datasources", "source", ""),
+    }
+    return schema

@@ -1,0 +1,180 @@
+"""The worker: runs one job (a pass, an evaluation or a dataset) in its own process.
+
+``python -m engine.worker JOB.json`` reads the job, runs it, publishes its output into the store
+and writes the result file — all atomically, so a worker that outlives a killed engine still
+leaves a valid cache entry. A crash of the runtime kills only this process; the engine reads the
+missing result file as a failure of this job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine import registry
+from engine.core.artifact import ModelArtifact
+from engine.core.errors import KilnError
+from engine.store import Store, write_json_atomic
+
+log = logging.getLogger("kiln.worker")
+
+
+def _artifact(data: dict[str, Any] | None) -> ModelArtifact | None:
+    return ModelArtifact.from_json(data) if data else None
+
+
+def _target(job: dict[str, Any]) -> Any:
+    spec = job.get("target")
+    if not spec:
+        return None
+    cls = registry.load("targets", spec["runtime"])
+    return cls(cls.Config(**spec["config"]))
+
+
+def _dataset_loaders(job: dict[str, Any], input_model: ModelArtifact | None, signature_of: Any) -> dict[str, Any]:
+    from engine.core.data import Dataset  # numpy: only workers that touch data pay for it
+
+    loaders = {}
+    for name, spec in (job.get("datasets") or {}).items():
+        if "path" in spec:
+            loaders[name] = lambda path=spec["path"]: Dataset.load(Path(path))
+        else:
+            cls = registry.load("datasources", spec["source"])
+            source = cls(cls.Config(**spec["config"]))
+            loaders[name] = lambda source=source: source.load(input_model, signature_of())
+    return loaders
+
+
+def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
+    from engine.core.passes import PassContext
+
+    cls = registry.load("passes", job["plugin"])
+    model = _artifact(job["model"])
+    assert model is not None
+    staging = Path(job["staging"])
+    workdir, output_dir = staging / "work", staging / "out"
+    workdir.mkdir(parents=True, exist_ok=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    target = _target(job)
+    input_model = _artifact(job.get("input_model"))
+
+    def signature() -> Any:
+        if target is None:
+            raise KilnError("synthetic data needs a model signature; give the step a target or use a file dataset")
+        return target.open_session(model).inputs
+
+    ctx = PassContext(
+        step_id=job["step_id"],
+        workdir=workdir,
+        output_dir=output_dir,
+        target=target,
+        input_model=input_model,
+        datasets=_dataset_loaders(job, input_model, signature),
+    )
+    os.chdir(workdir)  # tools drop temporary files in the working directory
+    started = time.perf_counter()
+    result = cls(cls.Config(**job["config"]))(model, ctx)
+    duration = time.perf_counter() - started
+    os.chdir(staging.parent)
+    digest = store.publish(output_dir, result.model.format)
+    record = {
+        "kind": "pass",
+        "key_doc": job["key_doc"],
+        "digest": digest,
+        "format": result.model.format,
+        "attrs": result.model.attrs,
+        "details": result.details,
+        "notes": result.notes,
+        "duration_s": round(duration, 3),
+    }
+    store.record(job["key"], record)
+    return record
+
+
+def run_eval(job: dict[str, Any], store: Store) -> dict[str, Any]:
+    from engine.core.evaluator import EvalContext
+
+    cls = registry.load("evaluators", job["plugin"])
+    model = _artifact(job["model"])
+    assert model is not None
+    reference = _artifact(job.get("reference"))
+    target = _target(job)
+    input_model = _artifact(job.get("input_model"))
+    workdir = Path(job["staging"])
+    os.chdir(workdir)
+
+    def signature() -> Any:
+        return target.open_session(reference or model).inputs
+
+    ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=_dataset_loaders(job, input_model, signature))
+    started = time.perf_counter()
+    result = cls(cls.Config(**job["config"])).evaluate(model, ctx)
+    record = {
+        "kind": "eval",
+        "key_doc": job["key_doc"],
+        "values": result.values,
+        "details": result.details,
+        "duration_s": round(time.perf_counter() - started, 3),
+    }
+    store.record(job["key"], record)
+    return record
+
+
+def run_dataset(job: dict[str, Any], store: Store) -> dict[str, Any]:
+    cls = registry.load("datasources", job["plugin"])
+    staging = Path(job["staging"])
+    out = staging / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    os.chdir(staging)
+    dataset = cls(cls.Config(**job["config"])).load(_artifact(job.get("input_model")))
+    dataset.save(out / "dataset.npz")
+    digest = store.publish(out, "dataset")
+    record = {
+        "kind": "dataset",
+        "key_doc": job["key_doc"],
+        "digest": digest,
+        "samples": len(dataset),
+        "inputs": {k: list(v.shape) for k, v in dataset.inputs.items()},
+    }
+    store.record(job["key"], record)
+    return record
+
+
+RUNNERS = {"pass": run_pass, "eval": run_eval, "dataset": run_dataset}
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    store = Store(Path(job["store"]))
+    result_path = Path(job["result"])
+    try:
+        record = RUNNERS[job["kind"]](job, store)
+        outcome: dict[str, Any] = {"ok": True, "record": record}
+    except (KilnError, ValidationError, OSError) as error:
+        log.error("%s", error)
+        outcome = {"ok": False, "error": str(error), "type": type(error).__name__}
+    except Exception as error:  # noqa: BLE001 - a plugin's own bug: reported with its traceback, never hidden
+        traceback.print_exc()
+        outcome = {
+            "ok": False,
+            "error": f"unexpected {type(error).__name__}: {error}",
+            "type": type(error).__name__,
+            "traceback": traceback.format_exc(),
+        }
+    write_json_atomic(result_path, outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,534 @@
+"""From a parsed workflow to a resolved one: plugins found by name, configs typed, references
+checked, paths found. Every problem is collected; all of them are raised together."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, ValidationError
+
+from engine import registry
+from engine.core.errors import InputError, Problem
+from engine.core.target import Availability, Target
+from engine.workflow.problems import problems_from_validation
+from engine.workflow.schema import TOP_LEVEL_KEYS, Workflow
+from engine.workflow.source import WorkflowSource, read_workflow
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass
+class InputModel:
+    format: str
+    path: Path
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Step:
+    id: str
+    pass_name: str
+    pass_cls: Any
+    config: dict[str, Any]  # validated, defaults included
+    search: dict[str, list[Any]]
+    after: str | None
+    targets: list[str] | None
+    optional: bool
+    timeout_s: float | None
+
+
+@dataclass
+class TargetEntry:
+    id: str
+    cls: Any
+    instance: Target
+    availability: Availability
+
+
+@dataclass
+class EvaluatorEntry:
+    id: str
+    name: str
+    cls: Any
+    config: dict[str, Any]
+    timeout_s: float | None
+
+
+@dataclass
+class DataEntry:
+    name: str
+    cls: Any
+    config: dict[str, Any]  # paths made absolute
+    files: list[Path]
+
+
+@dataclass
+class ResolvedWorkflow:
+    file: Path
+    spec: Workflow
+    input: InputModel
+    steps: dict[str, Step]
+    targets: dict[str, TargetEntry]
+    evaluators: dict[str, EvaluatorEntry]
+    datasets: dict[str, DataEntry]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def base_dir(self) -> Path:
+        return self.file.parent
+
+
+def _validate_config(
+    cls: type[BaseModel], values: Any, source: WorkflowSource, base: tuple[str | int, ...], owner: str, problems: list[Problem]
+) -> dict[str, Any] | None:
+    if not isinstance(values, dict):
+        problems.append(source.problem(base, f"options of {owner} must be a mapping", given=type(values).__name__))
+        return None
+    try:
+        return cls(**values).to_json()
+    except ValidationError as error:
+        problems.extend(problems_from_validation(error, source, base, cls, owner))
+        return None
+    except TypeError as error:
+        problems.append(source.problem(base, f"invalid options for {owner}: {error}"))
+        return None
+
+
+def _lookup(kind: str, name: Any, source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]) -> Any | None:
+    if not isinstance(name, str):
+        return None  # the structural check reports the type
+    try:
+        return registry.load(kind, name)
+    except registry.UnknownPlugin as error:
+        hint = f"did you mean '{error.suggestion}'?" if error.suggestion else f"see `engine {kind if kind != 'datasources' else 'data'}`"
+        problems.append(
+            source.problem(
+                where,
+                f"unknown {kind[:-1].replace('datasource', 'data source')} '{name}'",
+                expected="one of: " + ", ".join(error.known),
+                given=name,
+                hint=hint,
+            )
+        )
+        return None
+
+
+def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) -> InputModel | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("format"), str):
+        return None
+    fmt = raw["format"]
+    base = source.file.parent
+    where: tuple[str | int, ...] = ("input",)
+    path: Path | None = None
+    attrs: dict[str, Any] = {}
+    if isinstance(raw.get("package"), str):
+        name = raw["package"]
+        if importlib.util.find_spec(name) is None:
+            problems.append(
+                source.problem(
+                    (*where, "package"),
+                    f"the model package '{name}' is not installed",
+                    given=name,
+                    hint=f"pip install {name.replace('_', '-')}",
+                )
+            )
+            return None
+        module = importlib.import_module(name)
+        getter = getattr(module, "get_model_path", None)
+        path = Path(getter()) if callable(getter) else Path(module.__file__ or "").parent
+        attrs["package"] = name
+    elif isinstance(raw.get("path"), str):
+        path = (base / raw["path"]).resolve()
+    elif isinstance(raw.get("factory"), str):
+        file_part, _, function = raw["factory"].rpartition(":")
+        if not file_part or not function:
+            problems.append(source.problem((*where, "factory"), "a factory is 'path/to/file.py:function'", given=raw["factory"]))
+            return None
+        path = (base / file_part).resolve()
+        attrs.update(function=function, kwargs=raw.get("kwargs") or {})
+    if path is None:
+        return None
+    if not path.exists():
+        key = "package" if "package" in attrs else ("factory" if "function" in attrs else "path")
+        problems.append(
+            source.problem(
+                (*where, key),
+                "the input model does not exist",
+                given=str(path),
+                hint="check the path (relative paths start at the workflow file's folder)",
+            )
+        )
+        return None
+    if fmt == "hf":
+        if not path.is_dir() or not (path / "config.json").exists():
+            problems.append(
+                source.problem(
+                    (*where, "path"),
+                    "a Hugging Face model is a folder with config.json",
+                    given=str(path),
+                    hint="point at the folder save_pretrained wrote",
+                )
+            )
+            return None
+        if not any((path / name).exists() for name in WEIGHT_FILES):
+            problems.append(
+                source.problem(
+                    (*where, "path"),
+                    "the model folder has no weights",
+                    expected="one of " + ", ".join(WEIGHT_FILES),
+                    given=", ".join(sorted(p.name for p in path.iterdir())),
+                    hint="save the model with save_pretrained, weights included",
+                )
+            )
+            return None
+    elif fmt == "onnx":
+        if path.is_dir():
+            if not (path / "model.onnx").exists():
+                problems.append(source.problem((*where, "path"), "an ONNX model folder must hold model.onnx", given=str(path)))
+                return None
+        elif path.suffix != ".onnx":
+            problems.append(
+                source.problem((*where, "path"), "an ONNX model is an .onnx file or a folder holding model.onnx", given=str(path))
+            )
+            return None
+    if raw.get("task"):
+        attrs["task"] = raw["task"]
+    return InputModel(format=fmt, path=path, attrs=attrs)
+
+
+def resolve(source: WorkflowSource) -> ResolvedWorkflow:
+    """Check everything that can be checked without running anything; raise all problems at once."""
+    data = source.data
+    problems: list[Problem] = []
+    spec: Workflow | None = None
+    try:
+        spec = Workflow.model_validate(data)
+    except ValidationError as error:
+        problems.extend(problems_from_validation(error, source, (), Workflow, "the workflow"))
+
+    # -- data ---------------------------------------------------------------------------------
+    datasets: dict[str, DataEntry] = {}
+    raw_data = data.get("data") if isinstance(data.get("data"), dict) else {}
+    for name, options in raw_data.items():
+        where = ("data", name)
+        if not isinstance(options, dict):
+            continue
+        cls = _lookup("datasources", options.get("source"), source, (*where, "source"), problems) if "source" in options else None
+        if cls is None:
+            continue
+        values = dict(options)
+        files = []
+        for option in cls.path_options:
+            if isinstance(values.get(option), str):
+                file = (source.file.parent / values[option]).resolve()
+                if not file.exists():
+                    problems.append(
+                        source.problem(
+                            (*where, option),
+                            f"the file of dataset '{name}' does not exist",
+                            given=str(file),
+                            hint="relative paths start at the workflow file's folder",
+                        )
+                    )
+                values[option] = str(file)
+                files.append(file)
+        config = _validate_config(cls.Config, values, source, where, f"data source '{cls.name}'", problems)
+        if config is not None:
+            datasets[name] = DataEntry(name=name, cls=cls, config=config, files=files)
+
+    def check_dataset_refs(cls: Any, config: dict[str, Any] | None, where: tuple[str | int, ...]) -> None:
+        for option in getattr(cls, "dataset_options", ()):
+            value = (config or {}).get(option)
+            if isinstance(value, str) and value not in raw_data:
+                close = registry.suggest(value, list(raw_data))
+                problems.append(
+                    source.problem(
+                        (*where, option),
+                        f"dataset '{value}' is not declared under data:",
+                        expected="one of: " + (", ".join(raw_data) or "(none declared)"),
+                        given=value,
+                        hint=f"did you mean '{close}'?" if close else "declare it under data:",
+                    )
+                )
+
+    # -- targets ------------------------------------------------------------------------------
+    targets: dict[str, TargetEntry] = {}
+    raw_targets = data.get("targets") if isinstance(data.get("targets"), list) else []
+    for index, options in enumerate(raw_targets):
+        where = ("targets", index)
+        if not isinstance(options, dict):
+            problems.append(
+                source.problem(where, "a target is a mapping", expected="{id, runtime, device, ...}", given=type(options).__name__)
+            )
+            continue
+        if "runtime" not in options:
+            problems.append(
+                source.problem(
+                    where,
+                    "a target needs a runtime",
+                    expected="one of: " + ", ".join(registry.names("targets")),
+                    hint="add runtime: <name>",
+                )
+            )
+            continue
+        cls = _lookup("targets", options.get("runtime"), source, (*where, "runtime"), problems)
+        if cls is None:
+            continue
+        try:
+            config = cls.Config(**options)
+        except ValidationError as error:
+            problems.extend(problems_from_validation(error, source, where, cls.Config, f"runtime '{cls.runtime}'"))
+            continue
+        if config.id in targets:
+            problems.append(source.problem((*where, "id"), f"target id '{config.id}' is used twice", hint="give each target its own id"))
+            continue
+        instance = cls(config)
+        targets[config.id] = TargetEntry(id=config.id, cls=cls, instance=instance, availability=instance.availability())
+
+    # -- steps --------------------------------------------------------------------------------
+    input_model = _resolve_input(data.get("input"), source, problems)
+    steps: dict[str, Step] = {}
+    raw_steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    ids = [s.get("id") for s in raw_steps if isinstance(s, dict)]
+    graph = nx.DiGraph()
+    for index, options in enumerate(raw_steps):
+        where = ("steps", index)
+        if not isinstance(options, dict):
+            continue
+        step_id = options.get("id")
+        if ids.count(step_id) > 1 and step_id in steps:
+            problems.append(source.problem((*where, "id"), f"step id '{step_id}' is used twice", hint="give each step its own id"))
+            continue
+        after = options.get("after")
+        if isinstance(after, str):
+            if after not in ids:
+                close = registry.suggest(after, [i for i in ids if isinstance(i, str)])
+                problems.append(
+                    source.problem(
+                        (*where, "after"),
+                        f"step '{step_id}' comes after '{after}', which is not a step",
+                        expected="one of: " + ", ".join(str(i) for i in ids),
+                        given=after,
+                        hint=f"did you mean '{close}'?" if close else "name an existing step id",
+                    )
+                )
+            else:
+                graph.add_edge(after, step_id)
+        for t_index, target_id in enumerate(options.get("targets") or []):
+            if isinstance(target_id, str) and raw_targets and target_id not in {t.get("id") for t in raw_targets if isinstance(t, dict)}:
+                known = [t.get("id") for t in raw_targets if isinstance(t, dict)]
+                close = registry.suggest(target_id, [k for k in known if isinstance(k, str)])
+                problems.append(
+                    source.problem(
+                        (*where, "targets", t_index),
+                        f"step '{step_id}' names target '{target_id}', which is not declared",
+                        expected="one of: " + ", ".join(map(str, known)),
+                        given=target_id,
+                        hint=f"did you mean '{close}'?" if close else "declare it under targets:",
+                    )
+                )
+        cls = _lookup("passes", options.get("pass"), source, (*where, "pass"), problems)
+        if cls is None:
+            continue
+        owner = f"pass '{cls.name}'"
+        config = _validate_config(cls.Config, options.get("config") or {}, source, (*where, "config"), owner, problems)
+        check_dataset_refs(cls, config, (*where, "config"))
+        search: dict[str, list[Any]] = {}
+        raw_search = options.get("search") if isinstance(options.get("search"), dict) else {}
+        fields = list(cls.Config.model_fields)
+        for option, values in raw_search.items():
+            if option not in fields:
+                close = registry.suggest(option, fields)
+                problems.append(
+                    source.problem(
+                        (*where, "search", option),
+                        f"{owner} has no option '{option}' to search",
+                        expected="one of: " + ", ".join(fields),
+                        given=option,
+                        hint=f"did you mean '{close}'?" if close else None,
+                    )
+                )
+                continue
+            if not isinstance(values, list) or not values:
+                problems.append(
+                    source.problem((*where, "search", option), "a search option takes a non-empty list of values", given=repr(values))
+                )
+                continue
+            if config is not None:
+                for v_index, value in enumerate(values):
+                    try:
+                        cls.Config(**{**config, option: value})
+                    except ValidationError as error:
+                        problems.append(
+                            source.problem(
+                                (*where, "search", option, v_index),
+                                f"value not allowed for option '{option}' of {owner}: {error.errors(include_url=False)[0]['msg']}",
+                                given=repr(value),
+                            )
+                        )
+            search[option] = list(values)
+        if config is not None and isinstance(step_id, str):
+            graph.add_node(step_id)
+            steps[step_id] = Step(
+                id=step_id,
+                pass_name=cls.name,
+                pass_cls=cls,
+                config=config,
+                search=search,
+                after=after if isinstance(after, str) else None,
+                targets=options.get("targets"),
+                optional=bool(options.get("optional", False)),
+                timeout_s=options.get("timeout_s"),
+            )
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle:
+        names = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
+        first = next((i for i, s in enumerate(raw_steps) if isinstance(s, dict) and s.get("id") == cycle[0][1]), 0)
+        problems.append(
+            source.problem(
+                ("steps", first, "after"),
+                f"the steps form a cycle: {names}",
+                hint="a step may only come after a step that does not (directly or not) come after it",
+            )
+        )
+    elif input_model is not None:
+        _check_formats(steps, input_model, targets, source, raw_steps, problems)
+
+    # -- evaluators ---------------------------------------------------------------------------
+    evaluators: dict[str, EvaluatorEntry] = {}
+    raw_evaluate = data.get("evaluate") if isinstance(data.get("evaluate"), list) else []
+    for index, options in enumerate(raw_evaluate):
+        where = ("evaluate", index)
+        if not isinstance(options, dict) or "evaluator" not in options:
+            continue
+        cls = _lookup("evaluators", options.get("evaluator"), source, (*where, "evaluator"), problems)
+        if cls is None:
+            continue
+        config = _validate_config(cls.Config, options.get("config") or {}, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
+        check_dataset_refs(cls, config, (*where, "config"))
+        eval_id = options.get("id", cls.name)
+        if eval_id in evaluators:
+            problems.append(source.problem((*where, "id"), f"evaluation id '{eval_id}' is used twice"))
+        elif config is not None:
+            evaluators[eval_id] = EvaluatorEntry(id=eval_id, name=cls.name, cls=cls, config=config, timeout_s=options.get("timeout_s"))
+
+    # -- select -------------------------------------------------------------------------------
+    raw_select = data.get("select") if isinstance(data.get("select"), dict) else {}
+    metrics = [f"{eid}.{metric}" for eid, entry in evaluators.items() for metric in entry.cls.metrics]
+    checks: list[tuple[tuple[str | int, ...], Any]] = []
+    if isinstance(raw_select.get("objective"), dict):
+        checks.append((("select", "objective", "metric"), raw_select["objective"].get("metric")))
+    for index, constraint in enumerate(raw_select.get("constraints") or []):
+        if isinstance(constraint, dict):
+            checks.append((("select", "constraints", index, "metric"), constraint.get("metric")))
+    if len(evaluators) == len([o for o in raw_evaluate if isinstance(o, dict)]):
+        for where, metric in checks:
+            if isinstance(metric, str) and metric not in metrics:
+                close = registry.suggest(metric, metrics)
+                problems.append(
+                    source.problem(
+                        where,
+                        f"unknown metric '{metric}'",
+                        expected="one of: " + ", ".join(metrics),
+                        given=metric,
+                        hint=f"did you mean '{close}'?" if close else "metrics are <evaluate id>.<metric>",
+                    )
+                )
+
+    if problems:
+        raise InputError(problems)
+    assert spec is not None and input_model is not None
+    return ResolvedWorkflow(
+        file=source.file, spec=spec, input=input_model, steps=steps, targets=targets, evaluators=evaluators, datasets=datasets
+    )
+
+
+def _check_formats(
+    steps: dict[str, Step],
+    input_model: InputModel,
+    targets: dict[str, TargetEntry],
+    source: WorkflowSource,
+    raw_steps: list[Any],
+    problems: list[Problem],
+) -> None:
+    """Each pass must accept what its predecessor produces; a target-restricted step's
+    predecessor must run on those targets too."""
+    index_of = {s.get("id"): i for i, s in enumerate(raw_steps) if isinstance(s, dict)}
+    for step in steps.values():
+        produced = {input_model.format} if step.after is None else ({steps[step.after].pass_cls.produces} if step.after in steps else set())
+        if step.after in steps and steps[step.after].optional:
+            # skipping the predecessor hands this step whatever came before it
+            produced |= _formats_reaching(steps, step.after, input_model)
+        bad = sorted(fmt for fmt in produced if fmt not in step.pass_cls.accepts)
+        if bad:
+            problems.append(
+                source.problem(
+                    ("steps", index_of[step.id], "pass"),
+                    f"pass '{step.pass_name}' cannot take a {'/'.join(bad)} model (from {'step ' + repr(step.after) if step.after else 'the input'})",
+                    expected="a model in " + ", ".join(step.pass_cls.accepts),
+                    given=", ".join(bad),
+                    hint="put a step that converts the model before it",
+                )
+            )
+        if step.after in steps and step.targets is not None and steps[step.after].targets is not None:
+            missing = sorted(set(step.targets) - set(steps[step.after].targets or []))
+            if missing:
+                problems.append(
+                    source.problem(
+                        ("steps", index_of[step.id], "targets"),
+                        f"step '{step.id}' runs on {', '.join(missing)} but the step it comes after ('{step.after}') does not",
+                        hint=f"add {', '.join(missing)} to the targets of '{step.after}'",
+                    )
+                )
+
+
+def _formats_reaching(steps: dict[str, Step], step_id: str, input_model: InputModel) -> set[str]:
+    step = steps[step_id]
+    if step.after is None:
+        return {input_model.format}
+    if step.after not in steps:
+        return set()
+    before = {steps[step.after].pass_cls.produces}
+    if steps[step.after].optional:
+        before |= _formats_reaching(steps, step.after, input_model)
+    return before
+
+
+def load_workflow(file: Path | str) -> ResolvedWorkflow:
+    """Read, validate and resolve a workflow file. Raises InputError listing every problem."""
+    return resolve(read_workflow(Path(file)))
+
+
+def default_store_dir(resolved: ResolvedWorkflow) -> Path:
+    if resolved.spec.cache.dir:
+        return (resolved.base_dir / resolved.spec.cache.dir).resolve()
+    if os.environ.get("KILN_STORE"):
+        return Path(os.environ["KILN_STORE"]).expanduser().resolve()
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache_home / "kiln"
+
+
+__all__ = [
+    "TOP_LEVEL_KEYS",
+    "DataEntry",
+    "EvaluatorEntry",
+    "InputModel",
+    "ResolvedWorkflow",
+    "Step",
+    "TargetEntry",
+    "default_store_dir",
+    "load_workflow",
+    "resolve",
+]
