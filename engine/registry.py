@@ -37,6 +37,7 @@ BUILTIN: dict[str, dict[str, str]] = {
 }
 
 KINDS = tuple(BUILTIN)
+SINGULAR = {"passes": "pass", "evaluators": "evaluator", "targets": "target", "datasources": "data source"}
 
 
 class UnknownPlugin(KilnError):
@@ -44,7 +45,7 @@ class UnknownPlugin(KilnError):
         self.kind, self.name, self.known = kind, name, known
         self.suggestion = suggest(name, known)
         extra = f" Did you mean '{self.suggestion}'?" if self.suggestion else ""
-        super().__init__(f"no {kind[:-1]} named '{name}'; known: {', '.join(known)}.{extra}")
+        super().__init__(f"no {SINGULAR[kind]} named '{name}'; known: {', '.join(known)}.{extra}")
 
 
 def suggest(given: str, known: list[str] | tuple[str, ...]) -> str | None:
@@ -85,7 +86,7 @@ def load(kind: str, name: str) -> Any:
             and not module_name.startswith(error.name)
             and error.name.split(".")[0] not in ("passes", "evaluators", "targets", "engine")
         ):
-            raise MissingDependency(error.name, f"the {kind[:-1]} '{name}'") from error
-        raise KilnError(f"the {kind[:-1]} '{name}' is registered as {index[name]}, which cannot be imported: {error}") from error
+            raise MissingDependency(error.name, f"the {SINGULAR[kind]} '{name}'") from error
+        raise KilnError(f"the {SINGULAR[kind]} '{name}' is registered as {index[name]}, which cannot be imported: {error}") from error
     except AttributeError as error:
-        raise KilnError(f"the {kind[:-1]} '{name}' is registered as {index[name]}, which does not exist: {error}") from error
+        raise KilnError(f"the {SINGULAR[kind]} '{name}' is registered as {index[name]}, which does not exist: {error}") from error

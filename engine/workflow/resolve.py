@@ -113,7 +113,7 @@ def _lookup(kind: str, name: Any, source: WorkflowSource, where: tuple[str | int
         problems.append(
             source.problem(
                 where,
-                f"unknown {kind[:-1].replace('datasource', 'data source')} '{name}'",
+                f"unknown {registry.SINGULAR[kind]} '{name}'",
                 expected="one of: " + ", ".join(error.known),
                 given=name,
                 hint=hint,

@@ -1,0 +1,58 @@
+"""Passes that misbehave on purpose, to test how the engine survives them. Registered through
+KILN_PLUGINS by the ``test_plugins`` fixture; never shipped."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import time
+
+from engine.core import ModelArtifact, Pass, PassConfig, PassContext, PassResult
+
+
+class _OnnxToOnnx(Pass):
+    accepts = ("onnx",)
+    produces = "onnx"
+
+
+class Crash(_OnnxToOnnx):
+    name = "crash"
+    summary = "dies of a segmentation fault, as a native runtime can"
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+        raise AssertionError("unreachable")
+
+
+class Sleep(_OnnxToOnnx):
+    name = "sleep"
+    summary = "sleeps, then copies its input"
+
+    class Config(PassConfig):
+        seconds: float = 60.0
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        time.sleep(self.config.seconds)
+        shutil.copy(model.model_file, ctx.output_dir / "model.onnx")
+        return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir))
+
+
+class Boom(_OnnxToOnnx):
+    name = "boom"
+    summary = "raises an error from a library"
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        raise ValueError("the library refused this model")
+
+
+class Copy(_OnnxToOnnx):
+    name = "copy"
+    summary = "copies its input (tags it so the copy has its own digest)"
+
+    class Config(PassConfig):
+        tag: str = "a"
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        shutil.copy(model.model_file, ctx.output_dir / "model.onnx")
+        (ctx.output_dir / "tag.txt").write_text(self.config.tag)
+        return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir), details={"tag": self.config.tag})

@@ -1,0 +1,127 @@
+"""The latency evaluator on real onnxruntime sessions of a tiny model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pydantic
+import pytest
+
+from engine.core.data import Dataset
+from engine.core.errors import EvaluationError
+from evaluators.latency import Latency
+
+TINY_VOCAB = 50  # the tiny models embed 50 token ids
+
+
+def latency(**options: object) -> Latency:
+    options.setdefault("int_high", TINY_VOCAB)
+    return Latency(Latency.Config(**options))
+
+
+def test_returns_every_declared_metric_with_ordered_percentiles(make_model, make_ctx) -> None:
+    result = latency(runs=20, warmup=2).evaluate(make_model().artifact, make_ctx())
+    assert set(result.values) == set(Latency.metrics)
+    v = result.values
+    assert 0 < v["min_ms"] <= v["p50_ms"] <= v["p90_ms"] <= v["p95_ms"] <= v["p99_ms"] <= v["max_ms"]
+    assert v["std_ms"] >= 0
+    assert v["load_ms"] > 0
+    assert v["throughput_per_s"] == pytest.approx(1 / (v["mean_ms"] / 1e3))
+
+
+def test_details_record_runs_batch_and_sequence(make_model, make_ctx) -> None:
+    result = latency(runs=20, warmup=3, batch_size=2, sequence_length=7).evaluate(make_model().artifact, make_ctx())
+    d = result.details
+    assert d["runs"] == 20
+    assert d["warmup"] == 3
+    assert d["batch_size"] == 2
+    assert d["sequence_length"] == 7
+    assert d["feeds"] == "synthetic"
+    assert d["input_shapes"] == {"input_ids": [2, 7], "attention_mask": [2, 7]}
+    assert d["session"]["providers"] == ["CPUExecutionProvider"]
+    assert d["session"]["intra_op_threads"] == 1
+    assert d["load_ms"] == result.values["load_ms"]
+
+
+def test_throughput_counts_every_sample_of_the_batch(make_model, make_ctx) -> None:
+    v = latency(runs=20, warmup=1, batch_size=4, sequence_length=8).evaluate(make_model().artifact, make_ctx()).values
+    assert v["throughput_per_s"] == pytest.approx(4 / (v["mean_ms"] / 1e3))
+
+
+def test_named_dims_set_the_synthetic_shapes(make_model, make_ctx) -> None:
+    result = latency(runs=20, warmup=0, dims={"sequence": 5}).evaluate(make_model().artifact, make_ctx())
+    assert result.details["input_shapes"]["input_ids"] == [1, 5]
+
+
+def test_min_time_keeps_running_beyond_runs(make_model, make_ctx) -> None:
+    result = latency(runs=1, warmup=0, min_time_s=0.05).evaluate(make_model().artifact, make_ctx())
+    assert result.details["runs"] > 1
+    assert result.details["total_s"] >= 0.05
+
+
+def test_feeds_come_from_the_first_samples_of_a_dataset(make_model, make_ctx, token_dataset) -> None:
+    data = token_dataset(samples=5, sequence=16)
+    result = latency(runs=20, warmup=1, batch_size=2, data="sentences").evaluate(make_model().artifact, make_ctx(sentences=data))
+    d = result.details
+    assert d["feeds"] == "dataset"
+    assert d["input_shapes"] == {"input_ids": [2, 16], "attention_mask": [2, 16]}
+    assert d["sequence_length"] == 16  # from the data, not the configured 128
+
+
+def test_dataset_inputs_beyond_the_model_are_ignored_and_int_width_is_cast(make_model, make_ctx, token_dataset) -> None:
+    base = token_dataset(samples=2, sequence=4)
+    data = Dataset(
+        inputs={
+            "input_ids": base.inputs["input_ids"].astype(np.int32),
+            "attention_mask": base.inputs["attention_mask"],
+            "token_type_ids": np.zeros((2, 4), np.int64),
+        }
+    )
+    result = latency(runs=20, warmup=0, data="d").evaluate(make_model().artifact, make_ctx(d=data))
+    assert result.details["input_dtypes"] == {"input_ids": "int64", "attention_mask": "int64"}
+
+
+def test_a_dataset_lacking_a_model_input_is_an_evaluation_error(make_model, make_ctx) -> None:
+    data = Dataset(inputs={"input_ids": np.ones((2, 4), dtype=np.int64)})
+    with pytest.raises(EvaluationError, match=r"lacks input.*attention_mask"):
+        latency(runs=20, data="d").evaluate(make_model().artifact, make_ctx(d=data))
+
+
+def test_a_dataset_smaller_than_the_batch_is_an_evaluation_error(make_model, make_ctx, token_dataset) -> None:
+    with pytest.raises(EvaluationError, match="fewer than batch_size=4"):
+        latency(runs=20, batch_size=4, data="d").evaluate(make_model().artifact, make_ctx(d=token_dataset(samples=3)))
+
+
+def test_an_undeclared_dataset_is_an_evaluation_error_listing_the_declared(make_model, make_ctx, token_dataset) -> None:
+    with pytest.raises(EvaluationError, match="declared: other"):
+        latency(runs=20, data="missing").evaluate(make_model().artifact, make_ctx(other=token_dataset()))
+
+
+def test_a_model_the_runtime_cannot_load_is_an_evaluation_error(tmp_path, make_ctx) -> None:
+    from engine.core.artifact import ModelArtifact
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "model.onnx").write_bytes(b"garbage")
+    with pytest.raises(EvaluationError, match="could not open"):
+        latency(runs=20).evaluate(ModelArtifact.from_folder("onnx", tmp_path / "bad"), make_ctx())
+
+
+def test_a_run_failure_is_an_evaluation_error_with_the_feed_shapes(make_model, make_ctx) -> None:
+    # token ids beyond the 50-entry embedding make the Gather fail inside onnxruntime
+    with pytest.raises(EvaluationError, match=r"running the model failed on feeds \(input_ids \[1, 6\] int64"):
+        latency(runs=20, sequence_length=6, int_high=10_000).evaluate(make_model().artifact, make_ctx())
+
+
+def test_config_rejects_zero_runs_and_unknown_keys() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        Latency.Config(runs=0)
+    with pytest.raises(pydantic.ValidationError):
+        Latency.Config(repeats=3)
+
+
+def test_importing_the_evaluators_imports_no_runtime() -> None:
+    code = "import sys, evaluators.latency, evaluators.fidelity; print(sorted(m for m in ('numpy', 'onnxruntime', 'transformers') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
