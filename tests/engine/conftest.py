@@ -99,7 +99,10 @@ def tiny_workflow(model_path: Path, **overrides: Any) -> dict[str, Any]:
             {"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}},
             {"id": "latency", "evaluator": "latency", "config": {"batch_size": 1, "sequence_length": 16, "warmup": 2, "runs": 10}},
         ],
-        "select": {"objective": {"metric": "latency.p50_ms", "goal": "min"}, "constraints": [{"metric": "fidelity.cosine_mean", "min": 0.9}]},
+        "select": {
+            "objective": {"metric": "latency.p50_ms", "goal": "min"},
+            "constraints": [{"metric": "fidelity.cosine_mean", "min": 0.9}],
+        },
     }
     workflow.update(overrides)
     return workflow

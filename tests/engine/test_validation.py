@@ -132,7 +132,9 @@ def test_unknown_runtime_is_an_error(tmp_path, tiny_onnx):
 
 
 def test_a_provider_missing_here_makes_the_target_unavailable_not_invalid(tmp_path, tiny_onnx):
-    workflow = tiny_workflow(tiny_onnx, targets=[{"id": "gpu", "runtime": "onnxruntime", "device": "cuda", "providers": ["CUDAExecutionProvider"]}])
+    workflow = tiny_workflow(
+        tiny_onnx, targets=[{"id": "gpu", "runtime": "onnxruntime", "device": "cuda", "providers": ["CUDAExecutionProvider"]}]
+    )
     resolved = load_workflow(write_workflow(tmp_path, workflow))
     availability = resolved.targets["gpu"].availability
     assert not availability.ok

@@ -1,0 +1,84 @@
+"""The CLI surface: help is instant, schema is valid JSON Schema, listings show options, plan
+shows HIT/MISS and explains misses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import jsonschema
+import yaml
+from conftest import engine_cmd, tiny_workflow, write_workflow
+
+from engine.cli import main
+from engine.run import run_workflow
+from engine.store import Store
+from engine.workflow import load_workflow
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = "import sys; from engine.cli import _parser; _parser().format_help(); print(sorted(m for m in ('torch','onnx','onnxruntime','transformers','numpy','rich') if m in sys.modules))"
+    done = subprocess.run([engine_cmd()[0], "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_schema_is_valid_json_schema_and_accepts_the_shipped_workflows(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parents[2].joinpath("workflows").glob("*.*")):
+        if path.suffix in (".yaml", ".yml", ".json"):
+            document = yaml.safe_load(path.read_text())
+            jsonschema.validate(document, schema)
+
+
+def test_schema_rejects_an_unknown_pass_option(capsys):
+    main(["schema"])
+    schema = json.loads(capsys.readouterr().out)
+    step = {"id": "q", "pass": "ort_quantize", "config": {"per_chanel": True}}
+    validator = jsonschema.Draft202012Validator(schema)
+    document = {
+        "version": 1,
+        "name": "x",
+        "input": {"format": "onnx", "path": "m.onnx"},
+        "targets": [{"id": "c", "runtime": "onnxruntime"}],
+        "steps": [step],
+        "evaluate": [{"id": "l", "evaluator": "latency"}],
+        "select": {"objective": {"metric": "l.p50_ms"}},
+    }
+    errors = list(validator.iter_errors(document))
+    assert any("per_chanel" in e.message for e in errors)
+
+
+def test_passes_listing_shows_options_with_types_and_defaults(capsys):
+    assert main(["passes"]) == 0
+    listing = capsys.readouterr().out
+    assert "ort_quantize" in listing and "torch_export" in listing
+    assert main(["passes", "ort_quantize"]) == 0
+    detail = capsys.readouterr().out
+    assert "per_channel" in detail and "bool" in detail and "false" in detail
+
+
+def test_unknown_plugin_name_exits_2_with_a_suggestion(capsys):
+    assert main(["passes", "ort_quantise"]) == 2
+    assert "Did you mean 'ort_quantize'?" in capsys.readouterr().err
+
+
+def test_plan_shows_misses_then_hits_and_explains_a_change(tmp_path, tiny_onnx, capsys):
+    workflow = tiny_workflow(tiny_onnx)
+    path = write_workflow(tmp_path, workflow)
+    store = tmp_path / "store"
+    assert main(["plan", str(path), "--store", str(store)]) == 0
+    before = capsys.readouterr().out
+    assert before.count("MISS int8") == 2 and "HIT" not in before
+    run_workflow(load_workflow(path), Store(store))
+    assert main(["plan", str(path), "--store", str(store)]) == 0
+    after = capsys.readouterr().out
+    assert after.count("HIT  int8") == 2 and "MISS" not in after
+    workflow["steps"][0]["config"]["reduce_range"] = True
+    write_workflow(tmp_path, workflow)
+    assert main(["plan", str(path), "--store", str(store), "--explain"]) == 0
+    explained = capsys.readouterr().out
+    assert "changed since the last run: config.reduce_range" in explained
