@@ -54,7 +54,7 @@ class Dataset:
         if self.labels is not None:
             arrays[_LABELS] = self.labels
         with open(path, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, allow_pickle=False, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> Dataset:

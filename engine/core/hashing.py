@@ -62,12 +62,12 @@ def iter_files(root: Path) -> Iterable[Path]:
 def manifest(root: Path) -> list[dict[str, Any]]:
     """Sorted (relative path, size, sha256) of every file: no timestamps, no absolute paths."""
     root = Path(root)
-    entries = []
+    entries: list[tuple[str, int, str]] = []
     for file in iter_files(root):
         rel = file.name if root.is_file() else file.relative_to(root).as_posix()
-        entries.append({"path": rel, "size": file.stat().st_size, "sha256": sha256_file(file)})
-    entries.sort(key=lambda e: e["path"])
-    return entries
+        entries.append((rel, file.stat().st_size, sha256_file(file)))
+    entries.sort()
+    return [{"path": rel, "size": size, "sha256": digest} for rel, size, digest in entries]
 
 
 def digest_tree(root: Path, kind: str) -> str:

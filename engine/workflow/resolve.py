@@ -340,7 +340,11 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         if cls is None:
             continue
         owner = f"pass '{cls.name}'"
-        config = _validate_config(cls.Config, options.get("config") or {}, source, (*where, "config"), owner, problems)
+        values = dict(options.get("config") or {}) if isinstance(options.get("config") or {}, dict) else options.get("config")
+        task = data.get("input", {}).get("task") if isinstance(data.get("input"), dict) else None
+        if isinstance(values, dict) and task and "task" in cls.Config.model_fields and "task" not in values:
+            values["task"] = task  # the input's task drives the passes that ask for one (and enters their keys)
+        config = _validate_config(cls.Config, values, source, (*where, "config"), owner, problems)
         check_dataset_refs(cls, config, (*where, "config"))
         search: dict[str, list[Any]] = {}
         raw_search = options.get("search") if isinstance(options.get("search"), dict) else {}

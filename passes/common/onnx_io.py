@@ -70,7 +70,9 @@ def save_onnx(model: onnx.ModelProto, out_dir: Path) -> Path:
     path = out_dir / MODEL_FILE
     weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
     if weight_bytes > EXTERNAL_DATA_THRESHOLD:
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=EXTERNAL_DATA_FILE, size_threshold=1024)
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=EXTERNAL_DATA_FILE, size_threshold=1024
+        )
     else:
         onnx.save_model(model, str(path))
     return path

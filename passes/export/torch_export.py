@@ -1,0 +1,163 @@
+"""Export a Hugging Face folder or a PyTorch factory's module to ONNX, checked against torch."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, PositiveInt, field_validator
+
+from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.onnx_io import OnnxPass, default_opset, ort_limits, save_onnx
+
+if TYPE_CHECKING:
+    from passes.export.sources import ExportSource
+
+Dtype = Literal["float32", "float16", "int64", "int32", "bool"]
+
+
+class TorchExport(OnnxPass):
+    """Trace a model with torch's TorchScript or dynamo ONNX exporter, make the file reproducible
+    (same input and config, same bytes), clamp it to what onnxruntime loads, and check that
+    onnxruntime's outputs match torch's at two input sizes."""
+
+    name = "torch_export"
+    summary = "Export a Hugging Face or PyTorch model to ONNX and check onnxruntime matches torch."
+    version = "1"
+    accepts = ("hf", "torch")
+    produces = "onnx"
+    libraries = ("torch", "transformers", "onnx", "onnxscript")
+
+    class Config(PassConfig):
+        exporter: Literal["torchscript", "dynamo"] = Field(
+            default="torchscript",
+            description="torch's exporter: 'torchscript' (torch.jit tracing; the only export onnxruntime's BERT optimizer fuses attention in) "
+            "or 'dynamo' (torch.export; writes opset 18 and converts down to `opset`).",
+        )
+        opset: int = Field(default=17, ge=7, description="ONNX opset to write; at most what the installed onnxruntime loads (26 for 1.31).")
+        dynamic_axes: bool = Field(
+            default=True,
+            description="Make the batch axis of every input and output dynamic ('batch'), and for Hugging Face models the sequence axis "
+            "too ('sequence'); false exports the example's fixed shapes.",
+        )
+        task: Literal["feature-extraction", "text-classification"] = Field(
+            default="feature-extraction",
+            description="Hugging Face task: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
+        )
+        attn_implementation: Literal["eager", "sdpa"] = Field(
+            default="eager",
+            description="Attention implementation a Hugging Face model is loaded with; onnxruntime's attention fusion needs 'eager'.",
+        )
+        outputs: tuple[str, ...] | None = Field(
+            default=None,
+            min_length=1,
+            description="Outputs to export. Hugging Face: output fields, default ['last_hidden_state'] (feature-extraction) or ['logits']; "
+            "torch: keys of a dict output, or names for a tensor / tuple output (default output, output_0, ...).",
+        )
+        input_shapes: dict[str, tuple[PositiveInt, ...]] | None = Field(
+            default=None,
+            description="torch models whose factory returns only a module: input name -> shape of the example input (batch first).",
+        )
+        input_dtypes: dict[str, Dtype] = Field(
+            default_factory=dict,
+            description="torch models: input name -> dtype of the example input named in input_shapes (default float32).",
+        )
+        parity_tolerance: float = Field(
+            default=1e-3, gt=0, description="Largest absolute difference allowed between torch's and onnxruntime's outputs."
+        )
+        check_parity: bool = Field(
+            default=True, description="Run the export in onnxruntime and compare it with torch; fail above parity_tolerance."
+        )
+
+        @field_validator("outputs")
+        @classmethod
+        def _distinct(cls, outputs: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            if outputs is not None and len(set(outputs)) != len(outputs):
+                raise ValueError(f"names an output twice: {list(outputs)}")
+            return outputs
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        # torch, transformers and onnx take seconds to import: load them only when the pass runs
+        import onnx
+
+        from passes.export import exporters, parity
+
+        config = self.config
+        self._check_opset(exporters.torchscript_max_opset())
+        source = self._source(model)
+
+        cases = [parity.torch_case(source.module, source.example)]
+        out_axes = None
+        if config.dynamic_axes:
+            try:
+                cases.append(parity.torch_case(source.module, source.alternate))
+            except RuntimeError as error:
+                sizes = {label: pair[1] for label, pair in source.axis_sizes.items()}
+                raise ValueError(
+                    f"the model fails in torch at {sizes}, so its axes cannot be dynamic; set dynamic_axes: false ({error})"
+                ) from error
+            out_axes = exporters.output_axes(source, cases[0].outputs, cases[1].outputs)
+
+        scratch = Path(ctx.workdir) / "export"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        exported, warnings_seen = exporters.export(source, config.exporter, config.opset, out_axes, scratch)
+        proto = onnx.load(str(exported))  # external data, if the exporter wrote any, is read in too
+        shutil.rmtree(scratch)
+        exporters.make_reproducible(proto)
+        path = save_onnx(proto, Path(ctx.output_dir))
+        for warning in warnings_seen:
+            ctx.logger.debug("%s: exporter warning: %s", ctx.step_id, warning)
+
+        inputs = [value.name for value in proto.graph.input]
+        outputs = [value.name for value in proto.graph.output]
+        opset = default_opset(proto)
+        notes = [*source.notes, f"exported with the {config.exporter} exporter at opset {opset}"]
+        if opset != config.opset:
+            notes.append(f"the {config.exporter} exporter wrote opset {opset}, not the {config.opset} asked for")
+        unused = [name for name in source.input_names if name not in inputs]
+        if unused:
+            notes.append(f"the exporter dropped inputs the model does not use: {', '.join(unused)}")
+        details = {
+            "exporter": config.exporter,
+            "opset": opset,
+            "ir_version": proto.ir_version,
+            "node_count": len(proto.graph.node),
+            "inputs": exporters.describe_io(proto.graph.input),
+            "outputs": exporters.describe_io(proto.graph.output),
+            "export_warnings": [warning[:200] for warning in warnings_seen],
+            "parity": None,
+        }
+        if config.check_parity:
+            details["parity"] = parity.check(path, outputs, cases, config.parity_tolerance)
+        else:
+            notes.append("parity with torch not checked (check_parity: false)")
+        attrs = {**source.attrs, "inputs": inputs, "outputs": outputs}
+        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=attrs), details=details, notes=notes)
+
+    def _check_opset(self, torchscript_max: int) -> None:
+        _, max_opset = ort_limits()
+        opset = self.config.opset
+        if opset > max_opset:
+            raise ValueError(
+                f"opset {opset} is above {max_opset}, the highest opset the installed onnxruntime loads; set opset to {max_opset} or lower"
+            )
+        if self.config.exporter == "torchscript" and opset > torchscript_max:
+            raise ValueError(
+                f"the torchscript exporter writes opset {torchscript_max} at most, {opset} was asked for; use exporter: dynamo or a lower opset"
+            )
+
+    def _source(self, model: ModelArtifact) -> ExportSource:
+        from passes.export import sources  # imports torch: loaded only when the pass runs
+
+        config = self.config
+        if model.format == "hf":
+            if config.input_shapes or config.input_dtypes:
+                raise ValueError(
+                    "input_shapes and input_dtypes apply to torch models; a Hugging Face model's inputs come from its tokenizer"
+                )
+            if not (Path(model.path) / "config.json").is_file():
+                raise ValueError(f"{model.path} is not a Hugging Face folder: it has no config.json")
+            return sources.hf_source(Path(model.path), config.task, config.attn_implementation, config.outputs)
+        return sources.factory_source(model, config.input_shapes, dict(config.input_dtypes), config.outputs)
