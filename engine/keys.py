@@ -21,10 +21,17 @@ def _key(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def pass_key(
-    pass_cls: Any, config: dict[str, Any], input_digest: str, data: dict[str, str], target: dict[str, Any] | None
+    pass_cls: Any,
+    config: dict[str, Any],
+    input_digest: str,
+    data: dict[str, str],
+    target: dict[str, Any] | None,
+    evaluations: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
+    doc_extra = {"evaluations": evaluations} if evaluations else {}
     return _key(
         {
+            **doc_extra,
             "kind": "pass",
             "pass": pass_cls.name,
             "version": pass_cls.version,

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from engine import registry
-from engine.keys import eval_key, explain
+from engine.core.errors import KilnError
+from engine.keys import explain
 from engine.results import CandidateResult, RunReport
 from engine.run import Runner
 
@@ -190,14 +191,7 @@ def print_plan(runner: Runner, explain_misses: bool = False) -> None:
                 if model_digest is None or (entry.cls.needs_reference and not candidate.reference and reference_digest is None):
                     marks.append(f"{entry.id}:[yellow]MISS[/yellow]")
                     continue
-                key, _ = eval_key(
-                    entry.cls,
-                    entry.config,
-                    model_digest,
-                    None if candidate.reference else reference_digest,
-                    runner.resolved.targets[target].instance.fingerprint(),
-                    runner._data_refs(entry.cls, entry.config),
-                )
+                key, _ = runner.eval_key(entry, model_digest, None if candidate.reference else reference_digest, target)
                 marks.append(f"{entry.id}:" + ("[green]HIT[/green]" if store.lookup(key) else "[yellow]MISS[/yellow]"))
             ref = " [dim](reference)[/dim]" if candidate.reference else ""
             console.print(f"  {candidate.id.split('/')[-1]:>3} {plan.label(candidate)}{ref}  " + " ".join(marks))
@@ -222,7 +216,7 @@ def print_plugins(kind: str) -> None:
         try:
             cls = registry.load(kind, name)
             summary = cls.summary
-        except (ImportError, AttributeError) as error:
+        except KilnError as error:
             summary = f"[red]cannot load: {error}[/red]"
         table.add_row(name, summary)
     console.print(table)

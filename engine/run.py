@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import keys
+from engine import keys, registry
 from engine.core.artifact import ModelArtifact
 from engine.core.hashing import sha256_json
 from engine.executor import LocalExecutor, Outcome
@@ -49,6 +49,7 @@ class Runner:
         self.plan = build_plan(resolved)
         self.input = input_artifact(resolved, self.store)
         self.dataset_keys: dict[str, str] = {}
+        self.dataset_docs: dict[str, dict[str, Any]] = {}
         self.dataset_paths: dict[str, str] = {}
         self.dataset_errors: dict[str, str] = {}
         self.jobs: dict[str, JobState] = {job_id: JobState(job_id) for job_id in self.plan.job_order()}
@@ -59,20 +60,51 @@ class Runner:
             file_digests = {
                 option: self.store.cached_digest(Path(entry.config[option]), "file")
                 for option in entry.cls.path_options
-                if entry.config.get(option)
+                if entry.config.get(option) and entry.config[option] not in entry.cls.path_sentinels
             }
-            self.dataset_keys[name], _ = keys.dataset_key(entry.cls, entry.config, file_digests, self.input.digest)
+            self.dataset_keys[name], self.dataset_docs[name] = keys.dataset_key(entry.cls, entry.config, file_digests, self.input.digest)
         return self.dataset_keys
 
     def _data_refs(self, cls: Any, config: dict[str, Any]) -> dict[str, str]:
         names = [config[o] for o in getattr(cls, "dataset_options", ()) if isinstance(config.get(o), str)]
         return {name: self.dataset_keys[name] for name in names}
 
+    def _evaluations_for(self, cls: Any, config: dict[str, Any]) -> dict[str, Any]:
+        """The workflow evaluations a pass measures with (``evaluation_options``), by id."""
+        ids = [config[o] for o in getattr(cls, "evaluation_options", ()) if isinstance(config.get(o), str)]
+        out = {}
+        for eval_id in ids:
+            entry = self.resolved.evaluators[eval_id]
+            out[eval_id] = {"plugin": entry.name, "version": entry.cls.version, "config": entry.config}
+        return out
+
+    def _pass_data_refs(self, cls: Any, config: dict[str, Any]) -> dict[str, str]:
+        refs = self._data_refs(cls, config)
+        for spec in self._evaluations_for(cls, config).values():
+            refs.update(self._data_refs(registry.load("evaluators", spec["plugin"]), spec["config"]))
+        return refs
+
     def job_key(self, job_id: str, input_digest: str) -> tuple[str, dict[str, Any]]:
         job = self.plan.jobs[job_id]
         step = self.resolved.steps[job.step_id]
         target = self.resolved.targets[job.target].instance.fingerprint() if job.target else None
-        return keys.pass_key(step.pass_cls, job.config, input_digest, self._data_refs(step.pass_cls, job.config), target)
+        return keys.pass_key(
+            step.pass_cls,
+            job.config,
+            input_digest,
+            self._pass_data_refs(step.pass_cls, job.config),
+            target,
+            self._evaluations_for(step.pass_cls, job.config),
+        )
+
+    def eval_key(self, entry: Any, model_digest: str, reference_digest: str | None, target_id: str) -> tuple[str, dict[str, Any]]:
+        """An evaluation's key: the datasets it reads by key, the files it names by content."""
+        refs = self._data_refs(entry.cls, entry.config)
+        files = {
+            f"file:{o}": self.store.cached_digest(Path(entry.config[o]), "file") for o in entry.cls.path_options if entry.config.get(o)
+        }
+        fingerprint = self.resolved.targets[target_id].instance.fingerprint()
+        return keys.eval_key(entry.cls, entry.config, model_digest, reference_digest, fingerprint, {**refs, **files})
 
     def slot(self, job_id: str, evaluation: str | None = None, target: str | None = None) -> str:
         """A job's place in this workflow, stable when its config changes (for --explain)."""
@@ -101,7 +133,7 @@ class Runner:
             key = self.dataset_keys[name]
             record = self.store.lookup(key)
             if record is None:
-                _, key_doc = keys.dataset_key(entry.cls, entry.config, {}, self.input.digest)
+                key_doc = self.dataset_docs[name]
                 self.on_event("dataset_start", {"name": name})
                 outcome = self.executor.run(
                     {
@@ -137,7 +169,7 @@ class Runner:
                 )
                 continue
             step = self.resolved.steps[job.step_id]
-            missing = [n for n in self._data_refs(step.pass_cls, job.config) if n in self.dataset_errors]
+            missing = [n for n in self._pass_data_refs(step.pass_cls, job.config) if n in self.dataset_errors]
             if missing:
                 state.status, state.error = "failed", f"dataset {missing[0]} could not be read: {self.dataset_errors[missing[0]]}"
                 continue
@@ -161,7 +193,8 @@ class Runner:
                         "model": parent.to_json(),
                         "input_model": self.input.to_json(),
                         "target": target_spec(self.resolved, job.target) if job.target else None,
-                        "datasets": self._datasets_for(self._data_refs(step.pass_cls, job.config)),
+                        "datasets": self._datasets_for(self._pass_data_refs(step.pass_cls, job.config)),
+                        "evaluations": self._evaluations_for(step.pass_cls, job.config),
                     },
                     timeout_s=step.timeout_s,
                 )
@@ -213,7 +246,6 @@ class Runner:
     def _evaluate_one(self, result: CandidateResult, target_id: str, reference: ModelArtifact | None) -> None:
         model = result.model
         assert model is not None
-        fingerprint = self.resolved.targets[target_id].instance.fingerprint()
         entries = sorted(self.resolved.evaluators.values(), key=lambda e: e.cls.timing)  # cheap figures first
         for entry in entries:
             if entry.cls.needs_reference and reference is None and not result.candidate.reference:
@@ -224,7 +256,7 @@ class Runner:
             if missing:
                 result.state, result.reason = "failed", f"dataset {missing[0]} could not be read: {self.dataset_errors[missing[0]]}"
                 return
-            key, key_doc = keys.eval_key(entry.cls, entry.config, model.digest, reference.digest if reference else None, fingerprint, refs)
+            key, key_doc = self.eval_key(entry, model.digest, reference.digest if reference else None, target_id)
             result.eval_keys[entry.id] = key
             if result.candidate.jobs:
                 self.store.remember(self.slot(result.candidate.jobs[-1], entry.id, target_id), key, key_doc)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from engine import registry
+from engine.core.errors import KilnError
 from engine.workflow.schema import Workflow
+
+log = logging.getLogger(__name__)
 
 
 def _plugin_branches(kind: str, key: str, where: str) -> list[dict[str, Any]]:
     branches = []
     for name in registry.names(kind):
-        cls = registry.load(kind, name)
+        try:
+            cls = registry.load(kind, name)
+        except KilnError as error:  # a broken or uninstalled plugin must not take the schema down
+            log.warning("%s", error)
+            continue
         schema = cls.Config.model_json_schema()
         if where:
             then = {"properties": {where: schema}}

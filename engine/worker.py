@@ -53,6 +53,24 @@ def _dataset_loaders(job: dict[str, Any], input_model: ModelArtifact | None, sig
     return loaders
 
 
+def _measure(job: dict[str, Any], target: Any, reference: ModelArtifact, datasets: dict[str, Any], workdir: Path) -> Any:
+    """``ctx.measure`` for passes that validate their own work with the workflow's evaluators;
+    the pass's input model is the reference (a quantizer is judged against what it was given)."""
+    from engine.core.evaluator import EvalContext
+
+    def measure(evaluation: str, model: ModelArtifact) -> Any:
+        spec = job["evaluations"].get(evaluation)
+        if spec is None:
+            raise KilnError(f"step '{job['step_id']}' asked for evaluation '{evaluation}', which its config does not name")
+        if target is None:
+            raise KilnError(f"step '{job['step_id']}' measures models, so it needs a target")
+        cls = registry.load("evaluators", spec["plugin"])
+        ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=datasets)
+        return cls(cls.Config(**spec["config"])).evaluate(model, ctx)
+
+    return measure
+
+
 def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
     from engine.core.passes import PassContext
 
@@ -71,14 +89,18 @@ def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
             raise KilnError("synthetic data needs a model signature; give the step a target or use a file dataset")
         return target.open_session(model).inputs
 
+    datasets = _dataset_loaders(job, input_model, signature)
     ctx = PassContext(
         step_id=job["step_id"],
         workdir=workdir,
         output_dir=output_dir,
         target=target,
         input_model=input_model,
-        datasets=_dataset_loaders(job, input_model, signature),
+        datasets=datasets,
+        cache_dir=store.root / "passcache" / cls.name,
+        measure=_measure(job, target, model, datasets, workdir) if job.get("evaluations") else None,
     )
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)  # tools drop temporary files in the working directory
     started = time.perf_counter()
     result = cls(cls.Config(**job["config"]))(model, ctx)

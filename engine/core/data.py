@@ -78,6 +78,8 @@ class DataSource(ABC):
     libraries: ClassVar[tuple[str, ...]] = ()
     #: option names that hold a path, resolved against the workflow's folder and hashed by content
     path_options: ClassVar[tuple[str, ...]] = ()
+    #: values of path options that name something other than a path (``tokenizer: input``)
+    path_sentinels: ClassVar[tuple[str, ...]] = ()
     #: the source is built from the consuming model's input signature (synthetic data): it is
     #: materialized where the model is at hand instead of once ahead of the run
     needs_signature: ClassVar[bool] = False

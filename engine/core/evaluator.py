@@ -57,6 +57,9 @@ class Evaluator(ABC):
     needs_reference: ClassVar[bool] = False
     libraries: ClassVar[tuple[str, ...]] = ()
     dataset_options: ClassVar[tuple[str, ...]] = ()
+    #: options that hold a file path: made absolute against the workflow's folder, checked to
+    #: exist, and hashed by content into every evaluation key (a custom metric's code, say)
+    path_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: EvaluatorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

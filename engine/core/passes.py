@@ -21,6 +21,7 @@ from engine.core.search import Distribution
 
 if TYPE_CHECKING:
     from engine.core.data import Dataset
+    from engine.core.evaluator import MetricResult
     from engine.core.target import Target
 
 
@@ -43,6 +44,13 @@ class PassContext:
     target: Target | None = None
     input_model: ModelArtifact | None = None
     datasets: dict[str, Callable[[], Dataset]] = field(default_factory=dict)
+    #: a folder shared by every run of this pass (across candidates and runs) for results the
+    #: pass keys itself by content, e.g. calibration ranges keyed by model + data + method
+    cache_dir: Path | None = None
+    #: measure a model with one of the workflow's evaluators, by evaluation id (``fidelity``):
+    #: ``ctx.measure("fidelity", model)`` -> MetricResult, on ``target`` against the reference.
+    #: Given by the engine to passes that declare ``uses_evaluations``.
+    measure: Callable[[str, ModelArtifact], MetricResult] | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("kiln.pass"))
 
     def dataset(self, name: str) -> Dataset:
@@ -81,6 +89,9 @@ class Pass(ABC):
     search_space: ClassVar[dict[str, Distribution]] = {}
     #: names of options that hold a dataset name (checked against the workflow's ``data``)
     dataset_options: ClassVar[tuple[str, ...]] = ()
+    #: names of options that hold an evaluation id of the workflow's ``evaluate`` list; the
+    #: engine then gives the pass ``ctx.measure`` and puts those evaluations' configs in its key
+    evaluation_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: PassConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

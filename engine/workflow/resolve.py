@@ -228,7 +228,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         values = dict(options)
         files = []
         for option in cls.path_options:
-            if isinstance(values.get(option), str):
+            if isinstance(values.get(option), str) and values[option] not in cls.path_sentinels:
                 file = (source.file.parent / values[option]).resolve()
                 if not file.exists():
                     problems.append(
@@ -257,6 +257,36 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
                         expected="one of: " + (", ".join(raw_data) or "(none declared)"),
                         given=value,
                         hint=f"did you mean '{close}'?" if close else "declare it under data:",
+                    )
+                )
+
+    raw_evaluate_ids = (
+        [e.get("id", e.get("evaluator")) for e in data.get("evaluate") or [] if isinstance(e, dict)]
+        if isinstance(data.get("evaluate"), list)
+        else []
+    )
+
+    def check_evaluation_refs(cls: Any, config: dict[str, Any] | None, where: tuple[str | int, ...]) -> None:
+        options = getattr(cls, "evaluation_options", ())
+        if options and not cls.target_dependent:
+            problems.append(
+                source.problem(
+                    (*where, "pass"),
+                    f"pass '{cls.name}' measures models but is not target-dependent",
+                    hint="set target_dependent = True on the pass class",
+                )
+            )
+        for option in options:
+            value = (config or {}).get(option)
+            if isinstance(value, str) and value not in raw_evaluate_ids:
+                close = registry.suggest(value, [str(i) for i in raw_evaluate_ids])
+                problems.append(
+                    source.problem(
+                        (*where, "config", option),
+                        f"evaluation '{value}' is not declared under evaluate:",
+                        expected="one of: " + (", ".join(map(str, raw_evaluate_ids)) or "(none)"),
+                        given=value,
+                        hint=f"did you mean '{close}'?" if close else "declare it under evaluate:",
                     )
                 )
 
@@ -346,6 +376,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
             values["task"] = task  # the input's task drives the passes that ask for one (and enters their keys)
         config = _validate_config(cls.Config, values, source, (*where, "config"), owner, problems)
         check_dataset_refs(cls, config, (*where, "config"))
+        check_evaluation_refs(cls, config, where)
         search: dict[str, list[Any]] = {}
         raw_search = options.get("search") if isinstance(options.get("search"), dict) else {}
         fields = list(cls.Config.model_fields)
@@ -420,7 +451,21 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         cls = _lookup("evaluators", options.get("evaluator"), source, (*where, "evaluator"), problems)
         if cls is None:
             continue
-        config = _validate_config(cls.Config, options.get("config") or {}, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
+        values = dict(options.get("config") or {}) if isinstance(options.get("config") or {}, dict) else options.get("config")
+        for option in getattr(cls, "path_options", ()):
+            if isinstance(values, dict) and isinstance(values.get(option), str):
+                file = (source.file.parent / values[option]).resolve()
+                if not file.exists():
+                    problems.append(
+                        source.problem(
+                            (*where, "config", option),
+                            f"the file named by evaluation option '{option}' does not exist",
+                            given=str(file),
+                            hint="relative paths start at the workflow file's folder",
+                        )
+                    )
+                values[option] = str(file)
+        config = _validate_config(cls.Config, values, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
         check_dataset_refs(cls, config, (*where, "config"))
         eval_id = options.get("id", cls.name)
         if eval_id in evaluators:

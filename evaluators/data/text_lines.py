@@ -43,7 +43,8 @@ class TextLines(DataSource):
     summary = "One sample per line of a UTF-8 text file, tokenized with the input model's (or a given) Hugging Face tokenizer."
     version = "1"
     libraries = ("transformers", "tokenizers")
-    path_options = ("path",)
+    path_options = ("path", "tokenizer")
+    path_sentinels = ("input",)
 
     class Config(DataSourceConfig):
         source: Literal["text_lines"] = Field(description="Reads one sample per line of a text file.")
