@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import __version__
-from engine.core.errors import InputError, KilnError
+from engine.core.errors import InputError, KilnError, Problem
 
 EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -29,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--store", type=Path, help="artifact store folder (default: the workflow's cache.dir, $KILN_STORE, ~/.cache/kiln)")
     run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
     run.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    run.add_argument("--workers", "-j", type=int, default=1, help="run up to N pass jobs at once (timings still run alone)")
+    run.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
+    run.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
+    run.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
 
     validate = sub.add_parser("validate", help="check workflow files and report every problem at once")
     validate.add_argument("workflows", type=Path, nargs="+")
@@ -98,13 +102,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from engine.planner import build_plan
     from engine.report import print_plan
-    from engine.run import Runner
+    from engine.runner import Runner
     from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
-    runner = Runner(resolved, Store(_store_dir(args, resolved)))
+    runner = Runner(resolved, Store(_store_dir(args, resolved)), plan=build_plan(resolved))
     print_plan(runner, explain_misses=args.explain)
     return EXIT_OK
 
@@ -119,8 +124,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolved = load_workflow(args.workflow)
     store = Store(_store_dir(args, resolved))
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+    if args.workers < 1:
+        raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
+    executor = None
+    if args.executor == "ray":
+        from engine.ray_executor import RayExecutor
+
+        executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
     with Progress(quiet=args.quiet, events_file=output / "events.jsonl") as progress:
-        report = run_workflow(resolved, store, on_event=progress.event)
+        report = run_workflow(
+            resolved, store, on_event=progress.event, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing
+        )
     write_outputs(report, output)
     print_summary(report)
     runnable = [t for t in resolved.targets.values() if t.availability.ok]

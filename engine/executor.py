@@ -38,14 +38,51 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+TIMED_OUT = "timed out"
+
+
+def run_worker_process(python: str, job_file: str, log_path: str, timeout_s: float | None) -> int | str:
+    """Run ``python -m engine.worker JOB`` with its output in ``log_path``; its exit code, or
+    TIMED_OUT after killing its whole process group. Used locally and inside Ray tasks."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            [python, "-m", "engine.worker", job_file],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(process)
+            return TIMED_OUT
+        except BaseException:  # Ctrl-C or the engine being stopped: take the worker down too
+            _kill(process)
+            raise
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 class LocalExecutor:
-    """One worker process per job, one job at a time: on a 2-core machine timings measured next
-    to other work measure nothing, so the local executor never overlaps jobs."""
+    """One worker process per job on this machine. How many run at once is the gate's business
+    (engine.gate); the executor only runs what it is given."""
 
     def __init__(self, store: Store, python: str | None = None) -> None:
         self.store = store
         self.python = python or sys.executable
         self.logs = store.root / "logs"
+
+    def execute(self, job: dict[str, Any], job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+        return run_worker_process(self.python, str(job_file), str(log_path), timeout_s)
 
     def run(self, job: dict[str, Any], timeout_s: float | None = None) -> Outcome:
         staging = self.store.staging(job["kind"])
@@ -54,31 +91,18 @@ class LocalExecutor:
         job = {**job, "store": str(self.store.root), "staging": str(staging), "result": str(staging / "result.json")}
         job_file = staging / "job.json"
         write_json_atomic(job_file, job)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-        with open(log_path, "w", encoding="utf-8") as log:
-            process = subprocess.Popen(
-                [self.python, "-m", "engine.worker", str(job_file)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-            try:
-                code = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._kill(process)
-                shutil.rmtree(staging, ignore_errors=True)
-                return Outcome(
-                    ok=False, error=f"timed out after {timeout_s:g} s (raise the step's timeout_s if it needs longer)", log=log_path
-                )
-            except BaseException:  # Ctrl-C or the engine being stopped: take the worker down too
-                self._kill(process)
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
+        try:
+            code = self.execute(job, job_file, log_path, timeout_s)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if code == TIMED_OUT:
+            shutil.rmtree(staging, ignore_errors=True)
+            return Outcome(ok=False, error=f"timed out after {timeout_s:g} s (raise the step's timeout_s if it needs longer)", log=log_path)
         try:
             outcome = json.loads((staging / "result.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            assert isinstance(code, int)
             why = f"the worker died with {_signal_name(code)}" if code < 0 else f"the worker exited with code {code} and no result"
             tail = _tail(log_path)
             shutil.rmtree(staging, ignore_errors=True)
@@ -90,11 +114,3 @@ class LocalExecutor:
         if outcome.get("traceback"):
             error += f" (traceback in {log_path})"
         return Outcome(ok=False, error=error, log=log_path)
-
-    @staticmethod
-    def _kill(process: subprocess.Popen[bytes]) -> None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait()

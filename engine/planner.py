@@ -1,19 +1,20 @@
 """From a resolved workflow to a DAG of jobs and the candidates that run through it.
 
 A job is one pass with one config on one input (and one target, when the pass depends on it).
-A candidate is a chain of jobs from the input model to a model a target can run. Candidates
-that share a prefix share its jobs, so a step shared by many candidates runs once.
+A candidate is a chain of jobs from the input model to a model a target can run: a point of the
+target's search space (engine.space) made concrete. Candidates that share a prefix share its
+jobs, so a step shared by many candidates runs once. The plan grows as samplers propose points.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 
 from engine.core.hashing import sha256_json
+from engine.space import SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 INPUT = "input"
@@ -43,26 +44,8 @@ class Candidate:
     jobs: tuple[str, ...]
     params: dict[str, Any]  # "<step>.<option>": value; "<step>": "skip" for skipped optional steps
     reference: bool = False
-
-
-@dataclass
-class Plan:
-    jobs: dict[str, Job]
-    graph: nx.DiGraph
-    candidates: list[Candidate]
-    skipped_targets: dict[str, str]  # target id -> why it cannot run here
-    dropped: list[str] = field(default_factory=list)  # notes on candidate paths left out
-
-    def job_order(self) -> list[str]:
-        return [node for node in nx.topological_sort(self.graph) if node != INPUT]
-
-    def label(self, candidate: Candidate) -> str:
-        if not candidate.jobs:
-            return "input model"
-        return " → ".join(self.jobs[j].label for j in candidate.jobs)
-
-    def candidates_of(self, target: str) -> list[Candidate]:
-        return [c for c in self.candidates if c.target == target]
+    point: Point | None = None  # the search-space point it was made from (None: the reference)
+    baseline: bool = False
 
 
 def _show(value: Any) -> str:
@@ -71,46 +54,26 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _chains(steps: dict[str, Step], target: str) -> list[list[Step]]:
-    """Every root-to-leaf path through the steps that run on ``target``."""
-    applies = {sid: s for sid, s in steps.items() if s.targets is None or target in s.targets}
-    children: dict[str | None, list[str]] = {}
-    for sid, step in applies.items():
-        children.setdefault(step.after, []).append(sid)
-    chains: list[list[Step]] = []
+class Plan:
+    """The job DAG and the candidates made so far, per target."""
 
-    def walk(sid: str, prefix: list[Step]) -> None:
-        path = [*prefix, applies[sid]]
-        kids = children.get(sid, [])
-        if not kids:
-            chains.append(path)
-        for kid in kids:
-            walk(kid, path)
-
-    for root in children.get(None, []):
-        walk(root, [])
-    return chains
-
-
-def _variants(step: Step) -> list[dict[str, Any] | None]:
-    """Each grid point of the step's search space as its params; None means "skip the step"."""
-    names = list(step.search)
-    points: list[dict[str, Any] | None] = [
-        dict(zip(names, values, strict=True)) for values in itertools.product(*(step.search[n] for n in names))
-    ]
-    if step.optional:
-        points.append(None)
-    return points
-
-
-class _Builder:
-    """Creates each job once, however many candidates pass through it."""
-
-    def __init__(self) -> None:
+    def __init__(self, resolved: ResolvedWorkflow) -> None:
+        self.resolved = resolved
         self.graph = nx.DiGraph()
         self.graph.add_node(INPUT)
         self.jobs: dict[str, Job] = {}
+        self.candidates: list[Candidate] = []
+        self.skipped_targets: dict[str, str] = {}
+        self.dropped: list[str] = []
+        self.spaces: dict[str, TargetSpace] = {}
+        self._by_chain: dict[tuple[str, tuple[str, ...]], Candidate] = {}
+        for target_id, entry in resolved.targets.items():
+            if entry.availability.ok:
+                self.spaces[target_id] = TargetSpace(resolved, target_id)
+            else:
+                self.skipped_targets[target_id] = entry.availability.reason
 
+    # -- the DAG --------------------------------------------------------------------------------
     def job(self, parent: str | None, step: Step, params: dict[str, Any], target: str) -> str:
         config = {**step.config, **params}
         job_target = target if step.pass_cls.target_dependent else None
@@ -120,81 +83,100 @@ class _Builder:
             self.graph.add_edge(parent or INPUT, identity)
         return identity
 
-    def label(self, chain: tuple[str, ...]) -> str:
-        return " → ".join(self.jobs[j].label for j in chain) or "input model"
+    def job_order(self) -> list[str]:
+        return [node for node in nx.topological_sort(self.graph) if node != INPUT]
+
+    def label(self, candidate: Candidate) -> str:
+        return " → ".join(self.jobs[j].label for j in candidate.jobs) or "input model"
+
+    def candidates_of(self, target: str) -> list[Candidate]:
+        return [c for c in self.candidates if c.target == target]
+
+    # -- candidates -----------------------------------------------------------------------------
+    def _add(self, target: str, jobs: tuple[str, ...], params: dict[str, Any], fmt: str, **flags: Any) -> Candidate | None:
+        entry = self.resolved.targets[target]
+        if fmt not in entry.cls.accepts:
+            note = f"{target}: path {' → '.join(self.jobs[j].label for j in jobs) or 'input model'} ends in a {fmt} model, which {entry.cls.runtime} cannot run"
+            if note not in self.dropped:
+                self.dropped.append(note)
+            return None
+        known = self._by_chain.get((target, jobs))
+        if known is not None:
+            known.reference |= flags.get("reference", False)
+            known.baseline |= flags.get("baseline", False)
+            return known
+        candidate = Candidate(id=f"{target}/{len(self.candidates_of(target))}", target=target, jobs=jobs, params=params, **flags)
+        self._by_chain[(target, jobs)] = candidate
+        self.candidates.append(candidate)
+        return candidate
+
+    def reference(self, target: str) -> Candidate | None:
+        """The unoptimized model on ``target``: the first model on its first path that it can run,
+        made by the path's non-optional steps with their configured options."""
+        accepts = self.resolved.targets[target].cls.accepts
+        space = self.spaces[target]
+        jobs: tuple[str, ...] = ()
+        fmt = self.resolved.input.format
+        parent: str | None = None
+        for step in space.chains[0] if space.chains else []:
+            if fmt in accepts:
+                break
+            if step.optional:
+                continue
+            parent = self.job(parent, step, {}, target)
+            jobs, fmt = (*jobs, parent), step.pass_cls.produces
+        return self._add(target, jobs, {}, fmt, reference=True)
+
+    def candidate(self, target: str, point: Point, baseline: bool = False) -> Candidate | None:
+        """The candidate a point of ``target``'s space stands for (made once, then shared)."""
+        space = self.spaces[target]
+        parent: str | None = None
+        jobs: tuple[str, ...] = ()
+        params: dict[str, Any] = {}
+        fmt = self.resolved.input.format
+        for step in space.chain(point):
+            step_params = space.step_params(step, point)
+            if step_params is None:
+                params[step.id] = SKIP
+                continue
+            parent = self.job(parent, step, step_params, target)
+            jobs = (*jobs, parent)
+            params.update({f"{step.id}.{k}": v for k, v in step_params.items()})
+            fmt = step.pass_cls.produces
+        candidate = self._add(target, jobs, params, fmt, point=point, baseline=baseline)
+        if candidate is not None and candidate.point is None:
+            candidate.point = point
+        return candidate
+
+    def baselines(self, target: str) -> list[Candidate]:
+        """The reference, then each path with every step at its configured (library) defaults."""
+        found = [self.reference(target)] + [self.candidate(target, point, baseline=True) for point in self.spaces[target].defaults()]
+        unique: list[Candidate] = []
+        for candidate in found:
+            if candidate is not None and candidate not in unique:
+                unique.append(candidate)
+        return unique
+
+    def prune_unused(self) -> None:
+        used = {j for c in self.candidates for j in c.jobs}
+        for unused in [j for j in self.jobs if j not in used]:
+            self.graph.remove_node(unused)
+            del self.jobs[unused]
 
 
-def _reference(
-    builder: _Builder, resolved: ResolvedWorkflow, chain: list[Step], target: str, accepts: tuple[str, ...]
-) -> tuple[tuple[str, ...], str]:
-    """The unoptimized model for a target: the first model on its first path that it can run,
-    made by the path's non-optional steps with their first search values."""
-    jobs: tuple[str, ...] = ()
-    fmt = resolved.input.format
-    parent: str | None = None
-    for step in chain:
-        if fmt in accepts:
-            break
-        if step.optional:
-            continue
-        parent = builder.job(parent, step, {name: values[0] for name, values in step.search.items()}, target)
-        jobs, fmt = (*jobs, parent), step.pass_cls.produces
-    return jobs, fmt
-
-
-def _target_candidates(builder: _Builder, resolved: ResolvedWorkflow, target: str, dropped: list[str]) -> list[Candidate]:
-    entry = resolved.targets[target]
-    accepts = entry.cls.accepts
-    found: dict[tuple[str, ...], Candidate] = {}
-
-    def add(chain_jobs: tuple[str, ...], params: dict[str, Any], fmt: str, reference: bool = False) -> None:
-        if fmt not in accepts:
-            dropped.append(f"{target}: path {builder.label(chain_jobs)} ends in a {fmt} model, which {entry.cls.runtime} cannot run")
-        elif chain_jobs in found:
-            found[chain_jobs].reference |= reference
-        else:
-            found[chain_jobs] = Candidate(id="", target=target, jobs=chain_jobs, params=params, reference=reference)
-
-    chains = _chains(resolved.steps, target)
-    ref_jobs, ref_fmt = _reference(builder, resolved, chains[0] if chains else [], target, accepts)
-    add(ref_jobs, {}, ref_fmt, reference=True)
-    for chain in chains:
-        for combo in itertools.product(*(_variants(step) for step in chain)):
-            parent: str | None = None
-            path: tuple[str, ...] = ()
-            params: dict[str, Any] = {}
-            fmt = resolved.input.format
-            for step, point in zip(chain, combo, strict=True):
-                if point is None:
-                    params[step.id] = "skip"
-                    continue
-                parent = builder.job(parent, step, point, target)
-                path = (*path, parent)
-                params.update({f"{step.id}.{k}": v for k, v in point.items()})
-                fmt = step.pass_cls.produces
-            add(path, params, fmt)
-    ordered = sorted(found.values(), key=lambda c: not c.reference)
-    limit = resolved.spec.search.max_candidates
-    if limit is not None and len(ordered) > limit:
-        dropped.append(f"{target}: {len(ordered) - limit} candidate(s) left out by search.max_candidates={limit}")
-        ordered = ordered[:limit]
-    for index, candidate in enumerate(ordered):
-        candidate.id = f"{target}/{index}"
-    return ordered
-
-
-def build_plan(resolved: ResolvedWorkflow) -> Plan:
-    builder = _Builder()
-    candidates: list[Candidate] = []
-    skipped: dict[str, str] = {}
-    dropped: list[str] = []
-    for target_id, entry in resolved.targets.items():
-        if entry.availability.ok:
-            candidates.extend(_target_candidates(builder, resolved, target_id, dropped))
-        else:
-            skipped[target_id] = entry.availability.reason
-    used = {j for c in candidates for j in c.jobs}
-    for unused in [j for j in builder.jobs if j not in used]:
-        builder.graph.remove_node(unused)
-        del builder.jobs[unused]
-    return Plan(jobs=builder.jobs, graph=builder.graph, candidates=candidates, skipped_targets=skipped, dropped=dropped)
+def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
+    """The full grid: every target's reference and every point of its space, in order (what the
+    grid sampler runs and `engine plan` shows). ``limit`` caps the candidates per target."""
+    plan = Plan(resolved)
+    limit = limit if limit is not None else resolved.spec.search.max_candidates
+    for target, space in plan.spaces.items():
+        plan.reference(target)
+        for point in space.grid():
+            if limit is not None and len(plan.candidates_of(target)) >= limit:
+                plan.dropped.append(
+                    f"{target}: the grid has {len(space.grid())} points; search.max_candidates={limit} keeps the first ones"
+                )
+                break
+            plan.candidate(target, point)
+    plan.prune_unused()
+    return plan

@@ -16,7 +16,7 @@ from engine import registry
 from engine.core.errors import KilnError
 from engine.keys import explain
 from engine.results import CandidateResult, RunReport
-from engine.run import Runner
+from engine.runner import Runner
 
 # A pipe or a CI log has no width: give tables room instead of folding every cell.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
@@ -151,9 +151,27 @@ def print_summary(report: RunReport) -> None:
 def print_plan(runner: Runner, explain_misses: bool = False) -> None:
     plan, store = runner.plan, runner.store
     runner.compute_dataset_keys()
-    console.print(
-        f"[bold]{runner.resolved.name}[/bold]: input {runner.input.format} {runner.input.digest[:12]} · {len(plan.jobs)} pass jobs · {len(plan.candidates)} candidates · store {store.root}"
-    )
+    search = runner.resolved.spec.search
+    console.print(f"[bold]{runner.resolved.name}[/bold]: input {runner.input.format} {runner.input.digest[:12]} · store {store.root}")
+    budget = [
+        f"max_candidates={search.max_candidates}" if search.max_candidates else None,
+        f"max_time_s={search.max_time_s:g}" if search.max_time_s else None,
+    ]
+    budget_text = ", ".join(b for b in budget if b) or "none (the whole space)"
+    console.print(f"search: sampler {search.sampler}, seed {search.seed}, budget {budget_text}")
+    for target, space in plan.spaces.items():
+        size = space.size()
+        dims = sorted(
+            {f"{s.id}.{o}" for chain in space.chains for s in chain for o in s.search}
+            | {s.id for chain in space.chains for s in chain if s.optional}
+        )
+        branches = f"{len(space.chains)} paths, " if len(space.chains) > 1 else ""
+        console.print(
+            f"  {target}: space of {size if size is not None else 'infinitely many (a float range)'} points ({branches}dimensions: {', '.join(dims) or 'none'})"
+        )
+    if search.sampler != "grid":
+        console.print(f"  [dim]{search.sampler} proposes points as it goes; below is the grid over the same space[/dim]")
+    console.print(f"{len(plan.jobs)} pass jobs · {len(plan.candidates)} candidates")
     for target, why in plan.skipped_targets.items():
         console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
     digests: dict[str, str | None] = {}

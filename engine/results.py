@@ -20,13 +20,14 @@ class JobState:
     artifact: ModelArtifact | None = None
     record: dict[str, Any] | None = None
     error: str | None = None
+    candidate: str | None = None  # the candidate that first needed (and so ran) this job
 
 
 @dataclass
 class CandidateResult:
     candidate: Candidate
     label: str
-    state: str = "pending"  # complete | failed
+    state: str = "pending"  # complete | failed | pruned
     reason: str | None = None
     model: ModelArtifact | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -36,6 +37,7 @@ class CandidateResult:
     violations: list[str] = field(default_factory=list)
     chosen: bool = False
     pareto: bool = False
+    untimed: bool = False  # a cheap metric already broke a constraint, so timing was skipped
 
 
 @dataclass

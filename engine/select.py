@@ -37,6 +37,35 @@ def violations(constraint: Constraint, value: float | None, reference: float | N
     return broken
 
 
+def cheap_violations(resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None) -> list[str]:
+    """Constraints already broken by the figures measured so far (the cheap ones: fidelity,
+    accuracy, size), so the candidate need not be timed."""
+    if result.candidate.reference:
+        return []
+    ref_metrics = reference.metrics if reference is not None and reference.state == "complete" else {}
+    broken = []
+    for constraint in resolved.spec.select.constraints:
+        if constraint.metric in result.metrics:
+            broken.extend(violations(constraint, result.metrics[constraint.metric], ref_metrics.get(constraint.metric)))
+    return broken
+
+
+def slack(constraint: Constraint, value: float, reference: float | None) -> float:
+    """How far ``value`` is past the constraint's bound (<= 0: the constraint holds), as optuna's
+    constrained samplers want it."""
+    worst = float("-inf")
+    if constraint.min is not None:
+        worst = max(worst, constraint.min - value)
+    if constraint.max is not None:
+        worst = max(worst, value - constraint.max)
+    if reference is not None and constraint.max_drop is not None:
+        worst = max(worst, (reference - value) - constraint.max_drop)
+    if reference not in (None, 0) and constraint.max_drop_ratio is not None:
+        assert reference is not None
+        worst = max(worst, (reference - value) / abs(reference) - constraint.max_drop_ratio)
+    return worst if worst != float("-inf") else 0.0
+
+
 def _directions(resolved: ResolvedWorkflow) -> dict[str, int]:
     """+1: higher is better, -1: lower is better, for the objective and the constrained metrics."""
     select = resolved.spec.select
@@ -68,13 +97,14 @@ def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:
         reference = next((r for r in mine if r.candidate.reference and r.state == "complete"), None)
         complete = [r for r in mine if r.state == "complete"]
         for result in complete:
-            result.violations = [
-                broken
-                for constraint in spec.constraints
-                for broken in violations(
-                    constraint, result.metrics.get(constraint.metric), reference.metrics.get(constraint.metric) if reference else None
-                )
-            ]
+            if not result.untimed:  # an untimed candidate keeps the violations that stopped it
+                result.violations = [
+                    broken
+                    for constraint in spec.constraints
+                    for broken in violations(
+                        constraint, result.metrics.get(constraint.metric), reference.metrics.get(constraint.metric) if reference else None
+                    )
+                ]
             result.feasible = not result.violations
         feasible = [r for r in complete if r.feasible and spec.objective.metric in r.metrics]
         if feasible:

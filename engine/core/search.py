@@ -102,3 +102,68 @@ def distribution_from_json(data: dict[str, Any]) -> Distribution:
     if kind == "float":
         return FloatRange(**fields)
     raise ValueError(f"unknown distribution kind {kind!r}; known: categorical, int, float")
+
+
+@dataclass(frozen=True)
+class SearchDim:
+    """A searched option of a step: its distribution, active only ``when`` the step's other
+    options have the given values (a list there means any of them)."""
+
+    distribution: Distribution
+    when: dict[str, Any] | None = None
+
+    def active(self, values: dict[str, Any]) -> bool:
+        for option, wanted in (self.when or {}).items():
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            if values.get(option) not in allowed:
+                return False
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.distribution.to_json(), **({"when": self.when} if self.when else {})}
+
+
+def distribution_from_spec(spec: Any) -> Distribution:
+    """A workflow's search entry (a list, or {values | low, high, log, step}) as a distribution."""
+    if isinstance(spec, list):
+        return Categorical(tuple(spec))
+    values = spec.get("values")
+    if values is not None:
+        return Categorical(tuple(values))
+    low, high, step = spec["low"], spec["high"], spec.get("step")
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) and (step is None or isinstance(step, int))
+    if whole:  # `low: 1, high: 64` is an integer range; `low: 0.5` or `low: 1.0` a float one
+        return IntRange(int(low), int(high), int(step or 1), bool(spec.get("log", False)))
+    return FloatRange(float(low), float(high), bool(spec.get("log", False)))
+
+
+def ordered_dims(dims: dict[str, SearchDim]) -> list[str]:
+    """Option names so that every option comes after the options its ``when`` names."""
+    placed: list[str] = []
+    pending = dict(dims)
+    while pending:
+        ready = [name for name, dim in pending.items() if all(k not in pending or k == name for k in (dim.when or {}))]
+        if not ready:
+            raise ValueError(f"the `when:` conditions of {', '.join(sorted(pending))} depend on each other in a circle")
+        for name in ready:
+            placed.append(name)
+            del pending[name]
+    return placed
+
+
+def grid_points(dims: dict[str, SearchDim], base: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
+    """Every combination of the grid values of ``dims``, each option present only where its
+    ``when`` holds (given ``base``, the step's fixed options, and the point so far)."""
+    points: list[dict[str, Any]] = [{}]
+    for name in ordered_dims(dims):
+        dim = dims[name]
+        grown: list[dict[str, Any]] = []
+        for point in points:
+            if dim.active({**base, **point}):
+                grown.extend({**point, name: value} for value in dim.distribution.grid())
+            else:
+                grown.append(point)
+            if limit is not None and len(grown) > limit:
+                return grown[:limit]
+        points = grown
+    return points

@@ -26,6 +26,10 @@ class TargetConfig(StrictConfig):
     id: str = Field(description="Name chosen by the user; used in steps' `targets:` and in outputs.")
     runtime: str = Field(description="Which runtime family runs models on this target.")
     device: str = Field(default="cpu", description="The device the runtime runs on.")
+    resources: dict[str, float] | None = Field(
+        default=None,
+        description="Resources a cluster executor requests for this target's jobs, e.g. {GPU: 1} or a custom {intel_cpu: 1}. Not part of the fingerprint.",
+    )
 
 
 @dataclass(frozen=True)
@@ -89,4 +93,5 @@ class Target(ABC):
         library versions. The user's ``id`` is left out, so renaming a target reuses the cache."""
         options = self.config.to_json()
         options.pop("id", None)
+        options.pop("resources", None)  # where a job runs, not what it computes
         return {"runtime": self.runtime, "version": self.version, "options": options, "libraries": library_versions(self.libraries)}

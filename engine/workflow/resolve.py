@@ -15,9 +15,10 @@ from pydantic import BaseModel, ValidationError
 
 from engine import registry
 from engine.core.errors import InputError, Problem
+from engine.core.search import SearchDim, distribution_from_spec, grid_points
 from engine.core.target import Availability, Target
 from engine.workflow.problems import problems_from_validation
-from engine.workflow.schema import TOP_LEVEL_KEYS, Workflow
+from engine.workflow.schema import TOP_LEVEL_KEYS, SearchOption, Workflow
 from engine.workflow.source import WorkflowSource, read_workflow
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -36,7 +37,7 @@ class Step:
     pass_name: str
     pass_cls: Any
     config: dict[str, Any]  # validated, defaults included
-    search: dict[str, list[Any]]
+    search: dict[str, SearchDim]
     after: str | None
     targets: list[str] | None
     optional: bool
@@ -203,6 +204,95 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
     if raw.get("task"):
         attrs["task"] = raw["task"]
     return InputModel(format=fmt, path=path, attrs=attrs)
+
+
+GRID_CHECK_LIMIT = 4096  # points of one step's grid checked against its Config at validation
+
+
+def _resolve_search(
+    cls: Any,
+    config: dict[str, Any] | None,
+    raw: Any,
+    source: WorkflowSource,
+    where: tuple[str | int, ...],
+    owner: str,
+    problems: list[Problem],
+) -> dict[str, SearchDim]:
+    """A step's ``search:`` as distributions; every grid point is checked against the pass's
+    Config, so "static needs a calibration dataset" is caught before anything runs."""
+    if not isinstance(raw, dict):
+        return {}
+    fields = list(cls.Config.model_fields)
+    dims: dict[str, SearchDim] = {}
+    for option, spec in raw.items():
+        at = (*where, "search", option)
+        if option not in fields:
+            close = registry.suggest(option, fields)
+            problems.append(
+                source.problem(
+                    at,
+                    f"{owner} has no option '{option}' to search",
+                    expected="one of: " + ", ".join(fields),
+                    given=option,
+                    hint=f"did you mean '{close}'?" if close else None,
+                )
+            )
+            continue
+        if isinstance(spec, list):
+            if not spec:
+                problems.append(source.problem(at, "a searched option needs at least one value", given="[]"))
+                continue
+            when = None
+        elif isinstance(spec, dict):
+            try:
+                SearchOption(**spec)
+            except ValidationError as error:
+                problems.extend(problems_from_validation(error, source, at, SearchOption, f"the search of option '{option}'"))
+                continue
+            when = spec.get("when")
+            for name in when or {}:
+                if name not in fields:
+                    close = registry.suggest(name, fields)
+                    problems.append(
+                        source.problem(
+                            (*at, "when", name),
+                            f"{owner} has no option '{name}' to condition on",
+                            given=name,
+                            hint=f"did you mean '{close}'?" if close else None,
+                        )
+                    )
+        else:
+            problems.append(
+                source.problem(at, "a searched option is a list of values or {values | low, high, log, step, when}", given=repr(spec))
+            )
+            continue
+        dims[option] = SearchDim(distribution_from_spec(spec), when)
+    if config is None or not dims:
+        return dims
+    try:
+        points = grid_points(dims, config, limit=GRID_CHECK_LIMIT)
+    except ValueError as error:
+        problems.append(source.problem((*where, "search"), str(error)))
+        return dims
+    reported: set[str] = set()
+    for point in points:
+        try:
+            cls.Config(**{**config, **point})
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            option = str(first["loc"][0]) if first["loc"] else ""
+            if option in reported:
+                continue
+            reported.add(option)
+            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
+            problems.append(
+                source.problem(
+                    (*where, "search", *([option] if option in dims else [])),
+                    f"the searched point ({shown}) is not a valid config of {owner}: {first['msg']}",
+                    hint="narrow the values, or make the option conditional with `when:`",
+                )
+            )
+    return dims
 
 
 def resolve(source: WorkflowSource) -> ResolvedWorkflow:
@@ -377,40 +467,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         config = _validate_config(cls.Config, values, source, (*where, "config"), owner, problems)
         check_dataset_refs(cls, config, (*where, "config"))
         check_evaluation_refs(cls, config, where)
-        search: dict[str, list[Any]] = {}
-        raw_search = options.get("search") if isinstance(options.get("search"), dict) else {}
-        fields = list(cls.Config.model_fields)
-        for option, values in raw_search.items():
-            if option not in fields:
-                close = registry.suggest(option, fields)
-                problems.append(
-                    source.problem(
-                        (*where, "search", option),
-                        f"{owner} has no option '{option}' to search",
-                        expected="one of: " + ", ".join(fields),
-                        given=option,
-                        hint=f"did you mean '{close}'?" if close else None,
-                    )
-                )
-                continue
-            if not isinstance(values, list) or not values:
-                problems.append(
-                    source.problem((*where, "search", option), "a search option takes a non-empty list of values", given=repr(values))
-                )
-                continue
-            if config is not None:
-                for v_index, value in enumerate(values):
-                    try:
-                        cls.Config(**{**config, option: value})
-                    except ValidationError as error:
-                        problems.append(
-                            source.problem(
-                                (*where, "search", option, v_index),
-                                f"value not allowed for option '{option}' of {owner}: {error.errors(include_url=False)[0]['msg']}",
-                                given=repr(value),
-                            )
-                        )
-            search[option] = list(values)
+        search = _resolve_search(cls, config, options.get("search"), source, where, owner, problems)
         if config is not None and isinstance(step_id, str):
             graph.add_node(step_id)
             steps[step_id] = Step(
@@ -484,7 +541,9 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
             checks.append((("select", "constraints", index, "metric"), constraint.get("metric")))
     if len(evaluators) == len([o for o in raw_evaluate if isinstance(o, dict)]):
         for where, metric in checks:
-            if isinstance(metric, str) and metric not in metrics:
+            # an evaluator that declares no metric names (custom) names its figures at run time
+            open_ids = {eid for eid, entry in evaluators.items() if not entry.cls.metrics}
+            if isinstance(metric, str) and metric not in metrics and metric.partition(".")[0] not in open_ids:
                 close = registry.suggest(metric, metrics)
                 problems.append(
                     source.problem(

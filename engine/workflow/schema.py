@@ -50,6 +50,33 @@ class InputSpec(_Strict):
         return self
 
 
+class SearchOption(_Strict):
+    """One searched option: a list of ``values`` or a numeric range, active only ``when`` other
+    options of the same step have the given values (``when: {mode: static}``)."""
+
+    values: list[Any] | None = Field(default=None, min_length=1, description="The values to choose from.")
+    low: float | None = Field(default=None, description="Lower end of a numeric range (inclusive).")
+    high: float | None = Field(default=None, description="Upper end of a numeric range (inclusive).")
+    log: bool = Field(default=False, description="Sample the range on a log scale.")
+    step: float | None = Field(default=None, gt=0, description="Spacing of an integer range (or of a float grid).")
+    when: dict[str, Any] | None = Field(
+        default=None, description="Only when these options of the step have these values (a list means any of them)."
+    )
+
+    @model_validator(mode="after")
+    def _values_or_range(self) -> SearchOption:
+        has_range = self.low is not None or self.high is not None
+        if (self.values is None) == (not has_range):
+            raise ValueError("give either values: [...] or low: and high:")
+        if has_range and (self.low is None or self.high is None):
+            raise ValueError("a range needs both low and high")
+        if has_range and self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low {self.low:g} is above high {self.high:g}")
+        if self.log and self.low is not None and self.low <= 0:
+            raise ValueError("a log-scale range needs low > 0")
+        return self
+
+
 class StepSpec(_Strict):
     """One pass applied to the output of the step named in ``after`` (or to the input model)."""
 
@@ -58,9 +85,9 @@ class StepSpec(_Strict):
     after: str | None = Field(default=None, description="The step whose output this step takes; none: the input model.")
     targets: list[str] | None = Field(default=None, description="Run only on the paths of these targets (ids); none: every target.")
     config: dict[str, Any] = Field(default_factory=dict, description="The pass's options (see `engine passes NAME`).")
-    search: dict[str, list[Any]] = Field(
+    search: dict[str, list[Any] | SearchOption] = Field(
         default_factory=dict,
-        description="Options to search over: option name -> list of values. Every combination becomes a candidate (grid).",
+        description="Options to search over: option name -> a list of values, or {low, high, log, step}, optionally with `when:`.",
     )
     optional: bool = Field(default=False, description="Skipping this step is a candidate too.")
     timeout_s: float | None = Field(default=None, gt=0, description="Fail the step (and its candidates) after this many seconds.")
@@ -101,17 +128,35 @@ class SelectSpec(_Strict):
 
 
 class SearchSpec(_Strict):
-    sampler: Literal["grid"] = Field(default="grid", description="How candidates are chosen from the search space.")
+    sampler: Literal["grid", "random", "tpe"] = Field(
+        default="grid",
+        description="grid: every point, in order; random: uniform draws; tpe: optuna's Tree-structured Parzen Estimator. All seeded.",
+    )
     max_candidates: int | None = Field(
-        default=None, ge=1, description="Evaluate at most this many candidates per target (reference included)."
+        default=None, ge=1, description="Evaluate at most this many candidates per target (baselines included)."
+    )
+    max_time_s: float | None = Field(default=None, gt=0, description="Stop asking for new candidates after this many seconds.")
+    stop_when: list[Constraint] = Field(
+        default_factory=list, description="Stop a target's search once a feasible candidate also meets all of these (a goal)."
     )
     seed: int = Field(default=0, description="Seed for samplers and synthetic data.")
+    baselines: bool = Field(
+        default=True, description="Evaluate the reference and each path with the passes' default options before any searched point."
+    )
+    time_infeasible: bool = Field(
+        default=False,
+        description="Also time candidates whose cheap metrics (e.g. fidelity) already break a constraint. Off: they are not timed.",
+    )
+    storage: str | None = Field(
+        default=None,
+        description="Database URL of the search state (default: sqlite in the store). A PostgreSQL URL lets many hosts share a search.",
+    )
 
 
 class OutputSpec(_Strict):
     dir: str | None = Field(default=None, description="Output folder, relative to the current directory (default: out/<name>).")
-    keep: Literal["best", "all"] = Field(
-        default="best", description="Write the best model per target, or every complete candidate's model."
+    keep: Literal["best", "pareto", "all"] = Field(
+        default="best", description="Write the best model per target, the Pareto front's models, or every complete candidate's model."
     )
 
 

@@ -1,0 +1,55 @@
+"""Run jobs as Ray tasks: the same worker command, on whichever node has the resources.
+
+Each job is a Ray task that runs ``python -m engine.worker JOB`` on its node, so a crash stays
+in that process exactly as it does locally. The artifact store must be a path every node sees
+(a shared file system mounted at the same place): workers read inputs from it and publish into
+it. A target's ``resources`` (e.g. ``{GPU: 1}`` or a custom ``{intel_cpu: 1}``) are requested
+for every job on that target, so its evaluations land on a node that has its device.
+Ray is optional: it is imported only when this executor is used.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.core.errors import MissingDependency
+from engine.executor import LocalExecutor, run_worker_process
+from engine.store import Store
+
+
+class RayExecutor(LocalExecutor):
+    def __init__(self, store: Store, address: str | None = None, targets: Any = None, python: str | None = None) -> None:
+        super().__init__(store, python)
+        try:
+            import ray
+        except ImportError:
+            raise MissingDependency("ray", "--executor ray", 'pip install "ray>=2.40"') from None
+        self.ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self._remote = ray.remote(run_worker_process)
+        self.resources: dict[str, dict[str, float]] = {}
+        for target_id, entry in getattr(targets, "targets", {}).items():
+            wanted = getattr(entry.instance.config, "resources", None)
+            if wanted:
+                self.resources[target_id] = dict(wanted)
+
+    def _options(self, job: dict[str, Any]) -> dict[str, Any]:
+        target = (job.get("target") or {}).get("config", {}).get("id")
+        wanted = dict(self.resources.get(target or "", {}))
+        options: dict[str, Any] = {"num_cpus": wanted.pop("CPU", 1), "max_retries": 0}
+        if "GPU" in wanted:
+            options["num_gpus"] = wanted.pop("GPU")
+        if wanted:
+            options["resources"] = wanted
+        return options
+
+    def execute(self, job: dict[str, Any], job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+        ref = self._remote.options(**self._options(job)).remote(self.python or sys.executable, str(job_file), str(log_path), timeout_s)
+        try:
+            return self.ray.get(ref)
+        except BaseException:
+            self.ray.cancel(ref, force=True)
+            raise

@@ -1,0 +1,263 @@
+"""The search: which candidates to process, in what order, within what budget.
+
+Per target: the reference first (alone: the other candidates are compared with it), then the
+baselines (each path with the passes' defaults), then the sampler's points until the budget is
+spent — ``search.max_candidates``, ``search.max_time_s``, or a ``stop_when`` goal met.
+
+Samplers speak ask/tell. ``grid`` walks the space in order and needs no state. ``random`` and
+``tpe`` are optuna's, used only to propose points: the engine processes them. Their state lives
+in an optuna study in the run database (sqlite in the store, or ``search.storage``), so a run
+that was killed continues the same study. Each ask is seeded by ``seed + trial number``, so a
+resumed search proposes what the uninterrupted one would have, given the same history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from engine.core.hashing import sha256_json
+from engine.core.search import Categorical
+from engine.planner import Candidate
+from engine.results import CandidateResult
+from engine.runner import Runner
+from engine.select import slack, violations
+from engine.space import Point, TargetSpace
+
+log = logging.getLogger(__name__)
+#: consecutive asks that only found points already processed before a sampler is deemed exhausted
+MAX_REPEATS = 25
+
+
+def run_id(runner: Runner) -> str:
+    """Names the search of this workflow: same steps, search and selection → same study."""
+    spec = runner.resolved.spec.model_dump(mode="json", exclude={"output", "cache", "description"})
+    return f"{runner.resolved.name}-{sha256_json(spec)[:16]}"
+
+
+class GridSampler:
+    """Every point of the space, in order."""
+
+    def __init__(self, space: TargetSpace) -> None:
+        self._points = iter(space.grid())
+
+    def previous(self) -> list[tuple[Any, Point]]:
+        return []
+
+    def stale(self) -> list[tuple[Any, Point]]:
+        return []
+
+    def ask(self) -> tuple[Any, Point] | None:
+        point = next(self._points, None)
+        return None if point is None else (None, point)
+
+    def tell(self, token: Any, result: CandidateResult, runner: Runner) -> None:
+        return None
+
+    def tell_baseline(self, point: Point, result: CandidateResult, runner: Runner) -> None:
+        return None
+
+
+class OptunaSampler:
+    """optuna proposes, the engine disposes: ask → point → (engine processes) → tell."""
+
+    def __init__(self, kind: str, space: TargetSpace, storage: str, study_name: str, seed: int, goal: str) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna
+        self.kind = kind
+        self.space = space
+        self.seed = seed
+        self.study = optuna.create_study(
+            study_name=study_name, storage=storage, load_if_exists=True, direction="maximize" if goal == "max" else "minimize"
+        )
+
+    def _sampler(self, number: int) -> Any:
+        seed = self.seed + number
+        if self.kind == "random":
+            return self.optuna.samplers.RandomSampler(seed=seed)
+        return self.optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints_of, n_startup_trials=5, multivariate=True)
+
+    def _point(self, params: dict[str, Any]) -> Point:
+        """A stored trial's params as a point (choices stored by index turned back to values)."""
+        point = dict(params)
+        for step in self.space.chain(point):
+            for name, dim in step.search.items():
+                key = f"{step.id}.{name}"
+                if key in point and isinstance(dim.distribution, Categorical) and point[key] not in dim.distribution.choices:
+                    point[key] = dim.distribution.choices[int(point[key])]
+        return point
+
+    def previous(self) -> list[tuple[Any, Point]]:
+        done = (self.optuna.trial.TrialState.COMPLETE, self.optuna.trial.TrialState.PRUNED, self.optuna.trial.TrialState.FAIL)
+        return [(t.number, self._point(t.params)) for t in self.study.get_trials(deepcopy=False, states=done)]
+
+    def stale(self) -> list[tuple[Any, Point]]:
+        """Trials a killed run left RUNNING: they are processed again (from the cache) and told."""
+        running = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.RUNNING,))
+        return [(t.number, self._point(t.params)) for t in running]
+
+    def ask(self) -> tuple[Any, Point] | None:
+        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        trial = self.study.ask()
+        return trial, self.space.suggest(trial)
+
+    def tell(self, token: Any, result: CandidateResult, runner: Runner) -> None:
+        objective = runner.resolved.spec.select.objective.metric
+        state = self.optuna.trial.TrialState
+        if result.state != "complete" or objective not in result.metrics:
+            self.study.tell(token, state=state.FAIL if result.state == "failed" else state.PRUNED)
+            return
+        self._set_constraints(token, _slacks(result, runner))
+        self.study.tell(token, result.metrics[objective])
+
+    def _set_constraints(self, token: Any, values: list[float]) -> None:
+        if isinstance(token, self.optuna.trial.Trial):
+            token.set_user_attr("constraints", values)
+            return
+        # a RUNNING trial left by a killed run has no Trial object here: optuna's public API sets
+        # user attributes only through one, so go through the study's storage for it
+        storage = self.study._storage
+        storage.set_trial_user_attr(storage.get_trial_id_from_study_id_trial_number(self.study._study_id, token), "constraints", values)
+
+    def tell_baseline(self, point: Point, result: CandidateResult, runner: Runner) -> None:
+        """Tell the study about a baseline it did not ask for, when its point lies in the space."""
+        objective = runner.resolved.spec.select.objective.metric
+        distributions = self.space.distributions(point)
+        if distributions is None or result.state != "complete" or objective not in result.metrics:
+            return
+        params = self.space.to_optuna(point)
+        if any(t.params == params for t in self.study.get_trials(deepcopy=False)):
+            return  # told in an earlier run
+        trial = self.optuna.trial.create_trial(
+            params=params,
+            distributions=distributions,
+            value=result.metrics[objective],
+            user_attrs={"constraints": _slacks(result, runner), "baseline": True},
+        )
+        self.study.add_trial(trial)
+
+
+def _constraints_of(trial: Any) -> list[float]:
+    return list(trial.user_attrs.get("constraints", []))
+
+
+def _slacks(result: CandidateResult, runner: Runner) -> list[float]:
+    reference = runner.references.get(result.candidate.target)
+    values = []
+    for constraint in runner.resolved.spec.select.constraints:
+        value = result.metrics.get(constraint.metric)
+        ref = reference.metrics.get(constraint.metric) if reference is not None else None
+        values.append(slack(constraint, value, ref) if value is not None else 1.0)
+    return values
+
+
+class TargetSearch:
+    def __init__(self, runner: Runner, target: str, started: float, pool: ThreadPoolExecutor) -> None:
+        self.runner = runner
+        self.target = target
+        self.started = started
+        self.pool = pool
+        self.spec = runner.resolved.spec.search
+        self.space = runner.plan.spaces[target]
+        self.seen: set[str] = set()
+
+    def sampler(self) -> GridSampler | OptunaSampler:
+        if self.spec.sampler == "grid":
+            return GridSampler(self.space)
+        storage = self.spec.storage or f"sqlite:///{self.runner.store.root / 'search.db'}"
+        study = f"{run_id(self.runner)}/{self.target}"
+        return OptunaSampler(self.spec.sampler, self.space, storage, study, self.spec.seed, self.runner.resolved.spec.select.objective.goal)
+
+    def budget_left(self) -> bool:
+        if self.spec.max_candidates is not None and len(self.seen) >= self.spec.max_candidates:
+            return False
+        if self.spec.max_time_s is not None and time.perf_counter() - self.started >= self.spec.max_time_s:
+            self.runner.on_event("budget", {"target": self.target, "reason": f"max_time_s={self.spec.max_time_s:g} reached"})
+            return False
+        return not self.goal_met()
+
+    def goal_met(self) -> bool:
+        goals = self.spec.stop_when
+        if not goals:
+            return False
+
+        reference = self.runner.references.get(self.target)
+        for result in list(self.runner.results.values()):
+            if result.candidate.target != self.target or result.state != "complete" or result.untimed:
+                continue
+            checks = [*self.runner.resolved.spec.select.constraints, *goals]
+            ref = reference.metrics if reference else {}
+            if not any(violations(c, result.metrics.get(c.metric), ref.get(c.metric)) for c in checks):
+                self.runner.on_event("budget", {"target": self.target, "reason": f"goal met by {result.candidate.id}"})
+                return True
+        return False
+
+    def process_all(self, candidates: list[Candidate]) -> list[CandidateResult]:
+        for candidate in candidates:
+            self.seen.add(candidate.id)
+        if len(candidates) == 1:
+            return [self.runner.process(candidates[0])]
+        return list(self.pool.map(self.runner.process, candidates))
+
+    def run(self) -> None:
+        plan = self.runner.plan
+        reference = plan.reference(self.target)
+        if reference is not None:
+            self.process_all([reference])
+        sampler = self.sampler()
+        if self.spec.baselines:
+            baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen]
+            baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
+            for candidate, result in zip(baselines, self.process_all(baselines), strict=True):
+                if candidate.point is not None:
+                    sampler.tell_baseline(candidate.point, result, self.runner)
+        # a resumed search: what earlier runs finished comes back from the cache
+        for _, point in sampler.previous():
+            candidate = plan.candidate(self.target, point)
+            if candidate is not None and candidate.id not in self.seen:
+                self.process_all([candidate])
+        for token, point in sampler.stale():
+            candidate = plan.candidate(self.target, point)
+            if candidate is not None:
+                sampler.tell(token, self.process_all([candidate])[0], self.runner)
+        repeats = 0
+        while self.budget_left() and repeats < MAX_REPEATS:
+            wave: list[tuple[Any, Candidate]] = []
+            while len(wave) < self.runner.gate.workers and len(self.seen) + len(wave) < (self.spec.max_candidates or 1 << 30):
+                asked = sampler.ask()
+                if asked is None:
+                    break
+                token, point = asked
+                candidate = plan.candidate(self.target, point)
+                if candidate is None:
+                    sampler.tell(
+                        token, CandidateResult(candidate=Candidate("", self.target, (), {}), label="", state="failed"), self.runner
+                    )
+                    continue
+                if candidate.id in self.seen or any(c.id == candidate.id for _, c in wave):
+                    repeats += 1
+                    known = self.runner.results.get(candidate.id)
+                    if known is not None:
+                        sampler.tell(token, known, self.runner)  # a repeated point is answered from what was measured
+                        if repeats >= MAX_REPEATS:
+                            break
+                        continue
+                else:
+                    repeats = 0
+                wave.append((token, candidate))
+            if not wave:
+                break
+            results = self.process_all([c for _, c in wave])
+            for (token, _), result in zip(wave, results, strict=True):
+                sampler.tell(token, result, self.runner)
+
+
+def search(runner: Runner) -> None:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=runner.gate.workers, thread_name_prefix="kiln") as pool:
+        for target in runner.plan.spaces:
+            TargetSearch(runner, target, started, pool).run()

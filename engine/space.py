@@ -1,0 +1,180 @@
+"""The search space of one target: which path (branch) through the steps, whether each
+optional step runs, and the value of each searched option — conditional options included.
+
+A point is a flat dict: ``branch`` (an index into the target's paths, present when there is more
+than one), ``<step>`` ("apply" | "skip") for optional steps, ``<step>.<option>`` for options.
+The same names are used in records, reports and the samplers' storage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, grid_points, ordered_dims
+from engine.workflow.resolve import ResolvedWorkflow, Step
+
+Point = dict[str, Any]
+APPLY, SKIP = "apply", "skip"
+
+
+def chains_for(steps: dict[str, Step], target: str) -> list[list[Step]]:
+    """Every root-to-leaf path through the steps that run on ``target``."""
+    applies = {sid: s for sid, s in steps.items() if s.targets is None or target in s.targets}
+    children: dict[str | None, list[str]] = {}
+    for sid, step in applies.items():
+        children.setdefault(step.after, []).append(sid)
+    chains: list[list[Step]] = []
+
+    def walk(sid: str, prefix: list[Step]) -> None:
+        path = [*prefix, applies[sid]]
+        kids = children.get(sid, [])
+        if not kids:
+            chains.append(path)
+        for kid in kids:
+            walk(kid, path)
+
+    for root in children.get(None, []):
+        walk(root, [])
+    return chains
+
+
+def _primitive(values: tuple[Any, ...]) -> bool:
+    return all(v is None or isinstance(v, bool | int | float | str) for v in values)
+
+
+class TargetSpace:
+    def __init__(self, resolved: ResolvedWorkflow, target: str) -> None:
+        self.resolved = resolved
+        self.target = target
+        self.chains = chains_for(resolved.steps, target)
+
+    # -- what a point means ---------------------------------------------------------------------
+    def chain(self, point: Point) -> list[Step]:
+        return self.chains[int(point.get("branch", 0))] if self.chains else []
+
+    @staticmethod
+    def step_params(step: Step, point: Point) -> dict[str, Any] | None:
+        """The searched options of ``step`` at ``point``; None when the point skips the step."""
+        if step.optional and point.get(step.id) == SKIP:
+            return None
+        prefix = f"{step.id}."
+        return {name[len(prefix) :]: value for name, value in point.items() if name.startswith(prefix)}
+
+    # -- enumerating ----------------------------------------------------------------------------
+    def grid(self) -> list[Point]:
+        """Every point, in a stable order: path by path, then steps' options in file order."""
+        points: list[Point] = []
+        for index, chain in enumerate(self.chains):
+            per_step: list[list[Point]] = []
+            for step in chain:
+                options = [{f"{step.id}.{k}": v for k, v in p.items()} for p in grid_points(step.search, step.config)]
+                if step.optional:
+                    variants = [{step.id: APPLY, **p} for p in options] + [{step.id: SKIP}]
+                else:
+                    variants = options
+                per_step.append(variants)
+            for combo in itertools.product(*per_step):
+                point: Point = {"branch": index} if len(self.chains) > 1 else {}
+                for part in combo:
+                    point.update(part)
+                points.append(point)
+        return points
+
+    def size(self) -> int | None:
+        """How many distinct points the space has; None when a float range makes it continuous."""
+        for chain in self.chains:
+            for step in chain:
+                if any(isinstance(d.distribution, FloatRange) for d in step.search.values()):
+                    return None
+        return len(self.grid())
+
+    def defaults(self) -> list[Point]:
+        """Per path, every step applied with its options at their configured (library) defaults."""
+        points = []
+        for index, chain in enumerate(self.chains):
+            point: Point = {"branch": index} if len(self.chains) > 1 else {}
+            for step in chain:
+                if step.optional:
+                    point[step.id] = APPLY
+                for name in ordered_dims(step.search):
+                    if step.search[name].active({**step.config, **self.step_params(step, point)}):
+                        point[f"{step.id}.{name}"] = step.config.get(name)
+            points.append(point)
+        return points
+
+    # -- sampling (optuna, define-by-run) -------------------------------------------------------
+    def suggest(self, trial: Any) -> Point:
+        """Ask an optuna trial for a point; only options on the chosen path that are active get
+        suggested, so the sampler sees the conditional structure."""
+        point: Point = {}
+        if len(self.chains) > 1:
+            point["branch"] = trial.suggest_categorical("branch", list(range(len(self.chains))))
+        for step in self.chain(point):
+            if step.optional:
+                point[step.id] = trial.suggest_categorical(step.id, [APPLY, SKIP])
+                if point[step.id] == SKIP:
+                    continue
+            for name in ordered_dims(step.search):
+                dim = step.search[name]
+                if dim.active({**step.config, **self.step_params(step, point)}):
+                    point[f"{step.id}.{name}"] = _suggest(trial, f"{step.id}.{name}", dim)
+        return point
+
+    def distributions(self, point: Point) -> dict[str, Any] | None:
+        """Optuna distributions of a point's parameters (to tell optuna about a point it did not
+        ask for, such as a baseline); None when a value lies outside its distribution."""
+        import optuna
+
+        out: dict[str, Any] = {}
+        if "branch" in point:
+            out["branch"] = optuna.distributions.CategoricalDistribution(list(range(len(self.chains))))
+        for step in self.chain(point):
+            if step.optional:
+                out[step.id] = optuna.distributions.CategoricalDistribution([APPLY, SKIP])
+            for name, dim in step.search.items():
+                key = f"{step.id}.{name}"
+                if key not in point:
+                    continue
+                if not dim.distribution.contains(point[key]):
+                    return None
+                out[key] = _optuna_distribution(dim)
+        return out
+
+    def to_optuna(self, point: Point) -> dict[str, Any]:
+        """A point's values as optuna stores them (non-primitive choices by index)."""
+        params = dict(point)
+        for step in self.chain(point):
+            for name, dim in step.search.items():
+                key = f"{step.id}.{name}"
+                if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
+                    params[key] = dim.distribution.choices.index(params[key])
+        return params
+
+
+def _optuna_distribution(dim: SearchDim) -> Any:
+    import optuna
+
+    dist = dim.distribution
+    if isinstance(dist, Categorical):
+        choices = list(dist.choices) if _primitive(dist.choices) else list(range(len(dist.choices)))
+        return optuna.distributions.CategoricalDistribution(choices)
+    if isinstance(dist, IntRange):
+        return optuna.distributions.IntDistribution(dist.low, dist.high, log=dist.log, step=1 if dist.log else dist.step)
+    assert isinstance(dist, FloatRange)
+    return optuna.distributions.FloatDistribution(dist.low, dist.high, log=dist.log)
+
+
+def _suggest(trial: Any, name: str, dim: SearchDim) -> Any:
+    dist = dim.distribution
+    if isinstance(dist, Categorical):
+        if _primitive(dist.choices):
+            return trial.suggest_categorical(name, list(dist.choices))
+        # optuna stores only primitive choices: suggest the index, return the value
+        return dist.choices[trial.suggest_categorical(name, list(range(len(dist.choices))))]
+    if isinstance(dist, IntRange):
+        return trial.suggest_int(name, dist.low, dist.high, step=1 if dist.log else dist.step, log=dist.log)
+    assert isinstance(dist, FloatRange)
+    value = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+    return value if math.isfinite(value) else dist.low
