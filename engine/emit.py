@@ -124,7 +124,7 @@ def write_outputs(report: RunReport, output_dir: Path) -> Path:
             continue
         if result.chosen:
             _copy_atomic(result.model.path, output_dir / result.candidate.target / "model")
-        if keep == "all":
+        if keep == "all" or (keep == "pareto" and result.pareto):
             _copy_atomic(result.model.path, output_dir / result.candidate.target / "candidates" / result.candidate.id.split("/")[-1])
     write_json_atomic(
         output_dir / "candidates.json",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from engine import registry
@@ -255,7 +256,7 @@ def print_plugin(kind: str, cls: Any) -> None:
             continue
         annotation = str(info.annotation).replace("typing.", "")
         default = "required" if info.is_required() else json.dumps(info.get_default(call_default_factory=True), default=str)
-        table.add_row(option, annotation, default, info.description or "")
+        table.add_row(escape(option), escape(annotation), escape(default), escape(info.description or ""))
     console.print(table)
     space = getattr(cls, "search_space", {})
     if space:

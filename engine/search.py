@@ -79,7 +79,8 @@ class OptunaSampler:
         seed = self.seed + number
         if self.kind == "random":
             return self.optuna.samplers.RandomSampler(seed=seed)
-        return self.optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints_of, n_startup_trials=5, multivariate=True)
+        # constraints reach TPE through each trial's set_constraint (optuna >= 5)
+        return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True)
 
     def _point(self, params: dict[str, Any]) -> Point:
         """A stored trial's params as a point (choices stored by index turned back to values)."""
@@ -114,14 +115,17 @@ class OptunaSampler:
         self._set_constraints(token, _slacks(result, runner))
         self.study.tell(token, result.metrics[objective])
 
-    def _set_constraints(self, token: Any, values: list[float]) -> None:
+    def _set_constraints(self, token: Any, values: dict[str, float]) -> None:
         if isinstance(token, self.optuna.trial.Trial):
-            token.set_user_attr("constraints", values)
+            for name, value in values.items():
+                token.set_constraint(name, value)
             return
-        # a RUNNING trial left by a killed run has no Trial object here: optuna's public API sets
-        # user attributes only through one, so go through the study's storage for it
+        # a RUNNING trial left by a killed run has no Trial object here, and optuna sets
+        # constraints only through one: write the same system attributes through the storage
         storage = self.study._storage
-        storage.set_trial_user_attr(storage.get_trial_id_from_study_id_trial_number(self.study._study_id, token), "constraints", values)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id, token)
+        for name, value in values.items():
+            storage.set_trial_system_attr(trial_id, f"constraints:{name}", value)
 
     def tell_baseline(self, point: Point, result: CandidateResult, runner: Runner) -> None:
         """Tell the study about a baseline it did not ask for, when its point lies in the space."""
@@ -136,22 +140,20 @@ class OptunaSampler:
             params=params,
             distributions=distributions,
             value=result.metrics[objective],
-            user_attrs={"constraints": _slacks(result, runner), "baseline": True},
+            constraints=_slacks(result, runner),
+            user_attrs={"baseline": True},
         )
         self.study.add_trial(trial)
 
 
-def _constraints_of(trial: Any) -> list[float]:
-    return list(trial.user_attrs.get("constraints", []))
-
-
-def _slacks(result: CandidateResult, runner: Runner) -> list[float]:
+def _slacks(result: CandidateResult, runner: Runner) -> dict[str, float]:
+    """Each constraint's violation (<= 0: it holds), named by its position and metric."""
     reference = runner.references.get(result.candidate.target)
-    values = []
-    for constraint in runner.resolved.spec.select.constraints:
+    values = {}
+    for index, constraint in enumerate(runner.resolved.spec.select.constraints):
         value = result.metrics.get(constraint.metric)
         ref = reference.metrics.get(constraint.metric) if reference is not None else None
-        values.append(slack(constraint, value, ref) if value is not None else 1.0)
+        values[f"{index}:{constraint.metric}"] = slack(constraint, value, ref) if value is not None else 1.0
     return values
 
 

@@ -49,7 +49,7 @@ def _dataset_loaders(job: dict[str, Any], input_model: ModelArtifact | None, sig
         else:
             cls = registry.load("datasources", spec["source"])
             source = cls(cls.Config(**spec["config"]))
-            loaders[name] = lambda source=source: source.load(input_model, signature_of())
+            loaders[name] = lambda source=source: source.load(input_model, signature_of()).apply_split(source.config.split)
     return loaders
 
 
@@ -156,7 +156,8 @@ def run_dataset(job: dict[str, Any], store: Store) -> dict[str, Any]:
     out = staging / "out"
     out.mkdir(parents=True, exist_ok=True)
     os.chdir(staging)
-    dataset = cls(cls.Config(**job["config"])).load(_artifact(job.get("input_model")))
+    config = cls.Config(**job["config"])
+    dataset = cls(config).load(_artifact(job.get("input_model"))).apply_split(config.split)
     dataset.save(out / "dataset.npz")
     digest = store.publish(out, "dataset")
     record = {

@@ -6,23 +6,28 @@ the artifact store as ``dataset.npz`` and keyed by the digest of its source file
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from engine.core.config import StrictConfig
+from engine.core.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
     from engine.core.target import TensorSpec
 
 _LABELS = "__labels__"
+#: the reserved array holding ``Dataset.meta`` as a JSON string
+_META = "__meta__"
+RESERVED_NAMES = (_LABELS, _META)
 
 
 @dataclass
@@ -49,10 +54,33 @@ class Dataset:
             stop = min(start + batch_size, count)
             yield {name: array[start:stop] for name, array in self.inputs.items()}
 
+    def select(self, indices: np.ndarray | list[int]) -> Dataset:
+        """The samples at ``indices`` (in that order), labels kept aligned; meta is copied."""
+        index = np.asarray(indices, dtype=np.int64)
+        return Dataset(
+            inputs={name: array[index] for name, array in self.inputs.items()},
+            labels=None if self.labels is None else self.labels[index],
+            meta=dict(self.meta),
+        )
+
+    def apply_split(self, split: Split | None) -> Dataset:
+        """The part of this dataset that ``split`` names (itself when ``split`` is None); the
+        split and the sample counts are recorded in ``meta["split"]``."""
+        if split is None:
+            return self
+        total = len(self)
+        chosen = self.select(split.indices(total))
+        chosen.meta["split"] = {**split.to_json(), "samples": len(chosen), "of": total}
+        return chosen
+
     def save(self, path: Path) -> None:
+        clash = sorted(set(self.inputs) & set(RESERVED_NAMES))
+        if clash:
+            raise ValueError(f"input name(s) {', '.join(clash)} are reserved by the dataset file format")
         arrays = dict(self.inputs)
         if self.labels is not None:
             arrays[_LABELS] = self.labels
+        arrays[_META] = np.asarray(json.dumps(self.meta, sort_keys=True, default=_json_value))
         with open(path, "wb") as handle:
             np.savez(handle, allow_pickle=False, **arrays)
 
@@ -61,11 +89,109 @@ class Dataset:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
         labels = arrays.pop(_LABELS, None)
-        return cls(inputs=arrays, labels=labels)
+        meta_text = arrays.pop(_META, None)
+        meta = json.loads(str(meta_text)) if meta_text is not None else {}
+        return cls(inputs=arrays, labels=labels, meta=meta)
+
+
+def _json_value(value: Any) -> Any:
+    """numpy scalars and arrays as Python values in a dataset's meta; anything else as text."""
+    to_list = getattr(value, "tolist", None)
+    return to_list() if callable(to_list) else str(value)
+
+
+class Split(StrictConfig):
+    """Which part of a dataset to keep. ``complement: true`` keeps exactly the other samples, so
+    two datasets over the same source (calibration and evaluation, say) never overlap."""
+
+    take: Literal["first", "last", "fraction"] = Field(
+        description=(
+            "`first`: the first `count` samples in the source's order; `last`: the last `count`; "
+            "`fraction`: a random `fraction` of the samples drawn with `seed`, kept in the source's order."
+        )
+    )
+    count: int | None = Field(default=None, ge=1, description="How many samples `first` and `last` take; not used by `fraction`.")
+    fraction: float | None = Field(
+        default=None, gt=0.0, lt=1.0, description="The share of samples `fraction` takes, in (0, 1); rounded to the nearest count."
+    )
+    seed: int = Field(
+        default=0,
+        description="Seed of the random draw of `fraction`: the same seed and sample count always give the same samples.",
+    )
+    complement: bool = Field(
+        default=False,
+        description=(
+            "Keep every sample the split does NOT take instead: `{take: first, count: 100}` and "
+            "`{take: first, count: 100, complement: true}` are disjoint and together cover the dataset."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Split:
+        if self.take == "fraction":
+            if self.fraction is None or self.count is not None:
+                raise ValueError("take: fraction needs `fraction` (in (0, 1)) and no `count`")
+        elif self.count is None or self.fraction is not None:
+            raise ValueError(f"take: {self.take} needs `count` (a positive integer) and no `fraction`")
+        return self
+
+    def taken(self, total: int) -> np.ndarray:
+        """Sorted indices of the samples the split takes (before ``complement``)."""
+        if self.take == "fraction":
+            assert self.fraction is not None
+            count = round(self.fraction * total)
+            order = np.random.default_rng(self.seed).permutation(total)
+            return np.sort(order[:count])
+        assert self.count is not None
+        count = min(self.count, total)
+        return np.arange(count) if self.take == "first" else np.arange(total - count, total)
+
+    def indices(self, total: int) -> np.ndarray:
+        """Sorted indices of the samples kept out of ``total``; an empty part is an InputError."""
+        if self.take != "fraction" and self.count is not None and self.count > total:
+            raise InputError(
+                [
+                    Problem(
+                        where="split.count",
+                        message=f"the split takes the {self.take} {self.count} samples but the dataset has only {total}",
+                        expected=f"a count below {total}",
+                        given=str(self.count),
+                        hint="lower `count`, or use `take: fraction`",
+                    )
+                ]
+            )
+        taken = self.taken(total)
+        if not self.complement:
+            kept = taken
+        else:
+            mask = np.ones(total, dtype=bool)
+            mask[taken] = False
+            kept = np.flatnonzero(mask)
+        if len(kept) == 0:
+            part = "complement of the split" if self.complement else "split"
+            raise InputError(
+                [
+                    Problem(
+                        where="split",
+                        message=f"the {part} keeps no sample of the dataset's {total}",
+                        given=json.dumps(self.to_json()),
+                        hint="take fewer samples (for a complement) or more (for the split itself)",
+                    )
+                ]
+            )
+        return kept
 
 
 class DataSourceConfig(StrictConfig):
     source: str = Field(description="Which data source reads this dataset.")
+    split: Split | None = Field(
+        default=None,
+        description=(
+            "Keep only part of the samples, after the source has read them: {take: first|last, count: N} or "
+            "{take: fraction, fraction: 0.2, seed: 0}; add `complement: true` for exactly the other samples "
+            "(e.g. calibration = first 100, evaluation = the complement of the same split). Omit for all samples."
+        ),
+    )
 
 
 class DataSource(ABC):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -155,3 +156,38 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer.save_pretrained(str(out))
     (out / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
     return out
+
+
+def build_classifier(folder: Path, weight: np.ndarray, bias: np.ndarray | None = None, *, output_name: str = "logits") -> ModelArtifact:
+    """input [batch, features] float32 → MatMul(weight) (+ bias) → ``output_name`` [batch, classes]:
+    a linear classifier whose argmax numpy can predict exactly."""
+    weight = np.asarray(weight, dtype=np.float32)
+    features, classes = weight.shape
+    initializers = [numpy_helper.from_array(weight, "weight")]
+    nodes = [helper.make_node("MatMul", ["input", "weight"], ["scores" if bias is not None else output_name])]
+    if bias is not None:
+        initializers.append(numpy_helper.from_array(np.asarray(bias, dtype=np.float32), "bias"))
+        nodes.append(helper.make_node("Add", ["scores", "bias"], [output_name]))
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", classes])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.checker.check_model(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(folder / "model.onnx"))
+    return ModelArtifact.from_folder("onnx", folder)
+
+
+@pytest.fixture
+def make_classifier(tmp_path: Path) -> Callable[..., ModelArtifact]:
+    """``make_classifier(weight, bias=None, output_name="logits")``: a linear ONNX classifier."""
+    counter = iter(range(1000))
+
+    def make(weight: np.ndarray, bias: np.ndarray | None = None, **options: Any) -> ModelArtifact:
+        return build_classifier(tmp_path / f"classifier{next(counter)}", weight, bias, **options)
+
+    return make

@@ -141,4 +141,4 @@ def test_config_rejects_unknown_padding_and_keys(text_file: Path) -> None:
         text_lines(text_file, padding="right")
     with pytest.raises(pydantic.ValidationError):
         text_lines(text_file, lowercase=True)
-    assert TextLines.path_options == ("path",)
+    assert TextLines.path_options == ("path", "tokenizer")

@@ -1,0 +1,176 @@
+"""A folder of images, one sub-folder per class: resized, scaled to [0, 1], normalized, stacked.
+
+Pillow is imported inside ``load``, never at module import: the engine imports this module to read
+``Config`` when it validates a workflow, and ``engine --help`` must stay fast (and work where
+Pillow is not installed).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from engine.core.data import Dataset, DataSource, DataSourceConfig
+from engine.core.errors import MissingDependency
+from evaluators.data._tokenize import source_error
+
+if TYPE_CHECKING:
+    from engine.core.artifact import ModelArtifact
+    from engine.core.target import TensorSpec
+
+logger = logging.getLogger(__name__)
+
+EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class ImageFolder(DataSource):
+    name = "image_folder"
+    summary = "Images in one sub-folder per class (sorted names → class ids), resized and normalized into one float32 input."
+    version = "1"
+    libraries = ("pillow",)
+    path_options = ("path",)
+
+    class Config(DataSourceConfig):
+        source: Literal["image_folder"] = Field(description="Reads images from one sub-folder per class.")
+        path: str = Field(
+            description=(
+                "The root folder: each sub-folder is a class named after it; class ids follow the sorted folder names. "
+                "Samples come class by class, files in sorted order (use a `fraction` split for a random part)."
+            )
+        )
+        size: list[int] = Field(
+            default_factory=lambda: [224, 224], min_length=2, max_length=2, description="[height, width] every image is resized to."
+        )
+        resample: Literal["nearest", "bilinear", "bicubic", "lanczos"] = Field(
+            default="bilinear", description="The resampling filter of the resize."
+        )
+        grayscale: bool = Field(default=False, description="Convert to one channel (L) instead of three (RGB).")
+        mean: list[float] | None = Field(
+            default=None,
+            min_length=1,
+            description="Subtracted per channel after pixels are scaled to [0, 1], e.g. [0.485, 0.456, 0.406]; one value for every channel. Omit for 0.",
+        )
+        std: list[float] | None = Field(
+            default=None,
+            min_length=1,
+            description="Divides per channel after the mean is subtracted, e.g. [0.229, 0.224, 0.225]; one value for every channel. Omit for 1.",
+        )
+        layout: Literal["NCHW", "NHWC"] = Field(
+            default="NCHW", description="Axis order of the input: channels first (PyTorch) or last (TensorFlow)."
+        )
+        input_name: str = Field(default="input", description="The model input the images feed.")
+        extensions: list[str] = Field(
+            default_factory=lambda: list(EXTENSIONS),
+            min_length=1,
+            description="File endings read as images (case-insensitive); other files are ignored.",
+        )
+        limit_per_class: int | None = Field(
+            default=None, ge=1, description="Keep at most the first N images (sorted by name) of each class. Omit for all."
+        )
+
+        @model_validator(mode="after")
+        def _check_channels(self) -> ImageFolder.Config:
+            channels = 1 if self.grayscale else 3
+            for option in ("mean", "std"):
+                values = getattr(self, option)
+                if values is not None and len(values) not in (1, channels):
+                    raise ValueError(f"`{option}` has {len(values)} values for {channels}-channel images: give 1 or {channels}")
+            if self.std is not None and any(value == 0 for value in self.std):
+                raise ValueError("`std` values must not be 0")
+            if any(side < 1 for side in self.size):
+                raise ValueError("`size` values must be at least 1")
+            return self
+
+    config: Config
+
+    def _error(self, where: str, message: str, **parts: str | None) -> Any:
+        return source_error(self.name, where, message, **parts)
+
+    def find_images(self) -> tuple[list[str], list[tuple[Path, int]]]:
+        """Class names (sorted) and (file, class id) pairs, class by class, files sorted."""
+        root = Path(self.config.path)
+        if not root.is_dir():
+            raise self._error(
+                "path",
+                "the image folder does not exist" if not root.exists() else "the path is not a folder",
+                given=str(root),
+                hint="give the root folder that holds one sub-folder per class",
+            )
+        classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+        if not classes:
+            raise self._error(
+                "path",
+                "the folder has no class sub-folders",
+                given=str(root),
+                hint="put each class's images in a sub-folder named after the class",
+            )
+        endings = tuple(ext.lower() if ext.startswith(".") else f".{ext.lower()}" for ext in self.config.extensions)
+        samples: list[tuple[Path, int]] = []
+        empty = []
+        for index, name in enumerate(classes):
+            files = sorted(f for f in (root / name).iterdir() if f.is_file() and f.suffix.lower() in endings)
+            if self.config.limit_per_class is not None:
+                files = files[: self.config.limit_per_class]
+            if not files:
+                empty.append(name)
+            samples.extend((file, index) for file in files)
+        if empty:
+            raise self._error(
+                "path",
+                f"class folder(s) {', '.join(empty)} hold no image files",
+                given=str(root),
+                expected=f"files ending in {', '.join(endings)}",
+                hint="add images, remove the empty folders, or widen `extensions`",
+            )
+        return classes, samples
+
+    def load(self, input_model: ModelArtifact | None, signature: list[TensorSpec] | None = None) -> Dataset:
+        try:
+            from PIL import Image, UnidentifiedImageError
+        except ImportError as error:
+            raise MissingDependency("pillow", "the image_folder data source") from error
+        cfg = self.config
+        classes, samples = self.find_images()
+        height, width = cfg.size
+        filters = {
+            "nearest": Image.Resampling.NEAREST,
+            "bilinear": Image.Resampling.BILINEAR,
+            "bicubic": Image.Resampling.BICUBIC,
+            "lanczos": Image.Resampling.LANCZOS,
+        }
+        channels = 1 if cfg.grayscale else 3
+        pixels = np.empty((len(samples), height, width, channels), dtype=np.float32)
+        for row, (file, _) in enumerate(samples):
+            try:
+                with Image.open(file) as image:
+                    converted = image.convert("L" if cfg.grayscale else "RGB").resize((width, height), filters[cfg.resample])
+                    array = np.asarray(converted, dtype=np.float32)
+            except (UnidentifiedImageError, OSError, ValueError) as error:
+                raise self._error(
+                    "path", f"cannot read image {file}: {error}", given=str(file), hint="remove or replace the file"
+                ) from error
+            pixels[row] = array.reshape(height, width, channels) / 255.0
+        if cfg.mean is not None:
+            pixels -= np.asarray(cfg.mean, dtype=np.float32)
+        if cfg.std is not None:
+            pixels /= np.asarray(cfg.std, dtype=np.float32)
+        if cfg.layout == "NCHW":
+            pixels = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
+        labels = np.asarray([label for _, label in samples], dtype=np.int64)
+        root = Path(cfg.path)
+        meta = {
+            "source": self.name,
+            "path": str(root),
+            "samples": len(samples),
+            "classes": classes,
+            "class_counts": {name: int((labels == index).sum()) for index, name in enumerate(classes)},
+            "shape": list(pixels.shape[1:]),
+            "layout": cfg.layout,
+            "inputs": [cfg.input_name],
+        }
+        logger.debug("image_folder: %d images of %d classes from %s", len(samples), len(classes), root)
+        return Dataset(inputs={cfg.input_name: pixels}, labels=labels, meta=meta)

@@ -1,0 +1,206 @@
+"""Memory: the resident memory a model takes to load and to run, measured in the worker process.
+
+Two readings are combined: a thread samples the process's RSS (psutil) every few milliseconds, and
+the kernel's high-water mark ``ru_maxrss`` is read before and after each phase: when it rises
+during a phase, the phase set a new peak and that peak is exact (a sampler can miss a short spike).
+The worker is a fresh process per job, so ``ru_maxrss`` is this job's own peak.
+
+psutil and numpy are imported inside functions: the engine imports this module at validate time.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from engine.core.errors import EvaluationError, MissingDependency
+from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
+from evaluators._sessions import dataset, open_session, run_session, select_feeds
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.core.artifact import ModelArtifact
+    from engine.core.target import Session
+
+logger = logging.getLogger(__name__)
+
+MIB = 2**20
+
+
+def max_rss_bytes() -> int | None:
+    """The process's peak resident memory so far, from the kernel; None where unknown."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB on Linux
+
+
+class RssSampler:
+    """Samples the RSS of this process in a thread; ``peak()`` is the highest seen since ``reset()``."""
+
+    def __init__(self, interval_s: float) -> None:
+        try:
+            import psutil
+        except ImportError as error:
+            raise MissingDependency("psutil", "the memory evaluator") from error
+        self._process = psutil.Process()
+        self._interval = interval_s
+        self._peak = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kiln-rss-sampler", daemon=True)
+        self.samples = 0
+
+    def rss(self) -> int:
+        value = int(self._process.memory_info().rss)
+        with self._lock:
+            self._peak = max(self._peak, value)
+            self.samples += 1
+        return value
+
+    def reset(self) -> int:
+        """Start a new phase: the peak becomes the current RSS, which is returned."""
+        value = int(self._process.memory_info().rss)
+        with self._lock:
+            self._peak = value
+        return value
+
+    def peak(self) -> int:
+        self.rss()
+        with self._lock:
+            return self._peak
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.rss()
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _phase_peak(sampled: int, maxrss_before: int | None, maxrss_after: int | None) -> tuple[int, str]:
+    """The peak of a phase: the kernel's new high-water mark if the phase raised it, else the sampled peak."""
+    if maxrss_before is not None and maxrss_after is not None and maxrss_after > maxrss_before:
+        return max(sampled, maxrss_after), "ru_maxrss"
+    return sampled, "sampled"
+
+
+class Memory(Evaluator):
+    """``peak_rss_mb``: the process's peak resident memory while the model is loaded and run
+    (interpreter and libraries included; a spike before the load, such as reading the dataset, is
+    left out but shown in the details as ``ru_maxrss_end_mb``), ``load_delta_mb``: what opening the
+    session added (peak during the load minus the RSS before it), ``run_delta_mb``: what running
+    added on top of the loaded model (peak during the runs minus the RSS after the load). MiB
+    (2**20 bytes); deltas are never below 0. Run in a fresh worker process per job, as the engine
+    does: the kernel's high-water mark then belongs to this job alone."""
+
+    name = "memory"
+    summary = "Peak resident memory while a model loads and runs, and the memory added by loading it and by running it (MiB)."
+    version = "1"
+    metrics = ("peak_rss_mb", "load_delta_mb", "run_delta_mb")
+    dataset_options = ("data",)
+    libraries = ("psutil",)
+
+    class Config(EvaluatorConfig):
+        runs: int = Field(default=10, ge=1, description="Inferences run after the load (the run peak is the highest over them).")
+        batch_size: int = Field(default=1, ge=1, description="Samples per inference.")
+        sequence_length: int = Field(
+            default=128,
+            ge=1,
+            description="Length of unnamed symbolic axes after the first (synthetic feeds only; a dataset brings its own).",
+        )
+        dims: dict[str, int] = Field(
+            default_factory=dict, description="Lengths for named symbolic axes of the inputs (synthetic feeds only)."
+        )
+        data: str | None = Field(
+            default=None,
+            description="A dataset whose first batch_size samples are the feeds. Omit for random feeds made from the model's inputs.",
+        )
+        seed: int = Field(default=0, description="Seed of the random feeds.")
+        int_high: int = Field(default=1000, ge=1, description="Random integer inputs (token ids) are drawn from [0, int_high).")
+        sample_interval_ms: float = Field(
+            default=2.0, gt=0.0, le=1000.0, description="How often the RSS is sampled while loading and running."
+        )
+
+    config: Config
+
+    def _dataset_batch(self, ctx: EvalContext) -> dict[str, np.ndarray] | None:
+        cfg = self.config
+        if cfg.data is None:
+            return None
+        data = dataset(ctx, cfg.data)
+        if len(data) < cfg.batch_size:
+            raise EvaluationError(f"dataset '{cfg.data}' has {len(data)} samples, fewer than batch_size={cfg.batch_size}")
+        # copies: the rest of the dataset can be freed before the baseline is read
+        return {name: array.copy() for name, array in next(data.batches(cfg.batch_size, limit=cfg.batch_size)).items()}
+
+    def _feeds(self, session: Session, batch: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        from engine.core.data import synthetic_feeds  # brings numpy in
+
+        cfg = self.config
+        if batch is None:
+            return synthetic_feeds(session.inputs, cfg.batch_size, cfg.sequence_length, seed=cfg.seed, dims=cfg.dims, int_high=cfg.int_high)
+        assert cfg.data is not None
+        return select_feeds(session.inputs, batch, cfg.data)
+
+    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+        cfg = self.config
+        batch = self._dataset_batch(ctx)
+        gc.collect()
+        with RssSampler(cfg.sample_interval_ms / 1000) as sampler:
+            before = sampler.reset()
+            maxrss_start = max_rss_bytes()
+            session = open_session(ctx, model)
+            try:
+                load_sampled = sampler.peak()
+                maxrss_loaded = max_rss_bytes()
+                after_load = sampler.reset()
+                feeds = self._feeds(session, batch)
+                for _ in range(cfg.runs):
+                    run_session(session, feeds)
+                run_sampled = sampler.peak()
+                maxrss_end = max_rss_bytes()
+            finally:
+                session.close()
+        load_peak, load_source = _phase_peak(load_sampled, maxrss_start, maxrss_loaded)
+        run_peak, run_source = _phase_peak(run_sampled, maxrss_loaded, maxrss_end)
+        peak = max(load_peak, run_peak)
+        values = {
+            "peak_rss_mb": peak / MIB,
+            "load_delta_mb": max(0, load_peak - before) / MIB,
+            "run_delta_mb": max(0, run_peak - after_load) / MIB,
+        }
+        details: dict[str, Any] = {
+            "rss_before_load_mb": before / MIB,
+            "rss_after_load_mb": after_load / MIB,
+            "load_peak_mb": load_peak / MIB,
+            "load_peak_from": load_source,
+            "run_peak_mb": run_peak / MIB,
+            "run_peak_from": run_source,
+            "ru_maxrss_before_load_mb": None if maxrss_start is None else maxrss_start / MIB,
+            "ru_maxrss_end_mb": None if maxrss_end is None else maxrss_end / MIB,
+            "rss_samples": sampler.samples,
+            "sample_interval_ms": cfg.sample_interval_ms,
+            "runs": cfg.runs,
+            "batch_size": cfg.batch_size,
+            "feeds": "dataset" if cfg.data else "synthetic",
+            "data": cfg.data,
+            "input_shapes": {name: list(array.shape) for name, array in feeds.items()},
+            "session": dict(session.details),
+            "target": ctx.target.id,
+        }
+        logger.debug("memory of %s: peak %.1f MiB, load +%.1f MiB", model.digest[:12], values["peak_rss_mb"], values["load_delta_mb"])
+        return MetricResult(values=values, details=details)
