@@ -28,7 +28,10 @@ class RayExecutor(LocalExecutor):
             raise MissingDependency("ray", "--executor ray", 'pip install "ray>=2.40"') from None
         self.ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # with no address, a local cluster for this run: a small object store is plenty, since
+            # models travel through the shared artifact store, not through Ray
+            local = {"object_store_memory": 128 * 2**20} if address is None else {}
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False, **local)
         self._remote = ray.remote(run_worker_process)
         self.resources: dict[str, dict[str, float]] = {}
         for target_id, entry in getattr(targets, "targets", {}).items():
