@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import onnx
 
-#: Op types onnxruntime's quantizers emit (default domain and com.microsoft). A count of these that
-#: grew between input and output is what "the pass quantized something" means.
+#: Op types onnxruntime's quantizers emit (default domain and com.microsoft), besides the
+#: ``QLinear*`` family (QLinearAdd, QLinearMul, QLinearSoftmax...), which ``is_quantized_op`` adds.
+#: A count of these that grew between input and output is what "the pass quantized something" means.
 QUANTIZED_OP_TYPES = frozenset(
     {
         "DynamicQuantizeLinear",
@@ -35,6 +36,10 @@ QUANTIZED_OP_TYPES = frozenset(
 )
 
 _INT8_TYPES = (2, 3)  # onnx.TensorProto.UINT8, onnx.TensorProto.INT8
+
+
+def is_quantized_op(op_type: str) -> bool:
+    return op_type in QUANTIZED_OP_TYPES or op_type.startswith("QLinear")
 
 
 def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
@@ -60,19 +65,22 @@ def node_names(model: onnx.ModelProto) -> set[str]:
 
 def new_quantized_ops(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """Quantized op types the output has more of than the input, with how many more."""
-    grown = {op: after[op] - before.get(op, 0) for op in after if op in QUANTIZED_OP_TYPES}
+    grown = {op: after[op] - before.get(op, 0) for op in after if is_quantized_op(op)}
     return {op: n for op, n in sorted(grown.items()) if n > 0}
 
 
-def unquantized_nodes(model: onnx.ModelProto, op_types: list[str]) -> dict[str, int]:
+def unquantized_nodes(model: onnx.ModelProto, op_types: list[str], qdq: bool = False) -> dict[str, int]:
     """How many nodes of ``op_types`` the quantizer left as they were, by op type: MatMuls of two
     activations (attention), Gathers of shape values, excluded nodes...
 
-    A node counts as quantized when it reads an 8-bit initializer or the output of a quantize
-    op: a quantized MatMul or Conv changes op type, but a quantized Gather or Transpose keeps it.
+    A node counts as quantized when it reads an 8-bit initializer, the output of a quantize op
+    (a quantized Gather or Transpose keeps its op type) or, in a QDQ model (``qdq``), the output
+    of a DequantizeLinear (a QDQ MatMul stays a MatMul between DequantizeLinear and
+    QuantizeLinear). Quantized MatMuls and Convs of the other formats change op type.
     """
     eight_bit = {t.name for t in model.graph.initializer if t.data_type in _INT8_TYPES}
-    eight_bit.update(n.output[0] for n in iter_nodes(model.graph) if n.op_type in ("DynamicQuantizeLinear", "QuantizeLinear") and n.output)
+    markers = ("DynamicQuantizeLinear", "QuantizeLinear", *(("DequantizeLinear",) if qdq else ()))
+    eight_bit.update(n.output[0] for n in iter_nodes(model.graph) if n.op_type in markers and n.output)
     wanted = set(op_types)
     left: Counter[str] = Counter()
     for node in iter_nodes(model.graph):

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from engine.core import ModelArtifact, PassContext, PassError, PassResult
 from passes.common.onnx_io import ort_limits
-from passes.quantize.ort_quantize import OrtQuantize
+from passes.quantize.ort_quantize import STATIC_ONLY, OrtQuantize
 
 # ---------------------------------------------------------------- models built with onnx.helper
 
@@ -169,7 +169,7 @@ def test_digest_does_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None
     script = (
         "import sys; from pathlib import Path\n"
         "from engine.core import ModelArtifact, PassContext\n"
-        "from passes.quantize.ort_quantize import OrtQuantize\n"
+        "from passes.quantize.ort_quantize import STATIC_ONLY, OrtQuantize\n"
         "root = Path(sys.argv[2])\n"
         "ctx = PassContext(step_id='int8', workdir=root / 'work', output_dir=root / 'out')\n"
         "print(OrtQuantize(OrtQuantize.Config(per_channel=True))(ModelArtifact.from_folder('onnx', Path(sys.argv[1])), ctx).model.digest)\n"
@@ -339,17 +339,14 @@ def test_node_both_quantized_and_excluded_is_rejected() -> None:
         OrtQuantize.Config(nodes_to_quantize=["mm1"], nodes_to_exclude=["mm1"])
 
 
-def test_static_mode_is_not_accepted_yet() -> None:
-    with pytest.raises(ValidationError, match="mode"):
-        OrtQuantize.Config(mode="static")
-
-
 def test_search_space_names_config_fields() -> None:
+    # static-only options are searched in a static step: they are valid there, with a calibration set
     fields = OrtQuantize.Config.model_fields
     for option, distribution in OrtQuantize.search_space.items():
         assert option in fields
+        base = {"mode": "static", "calibration": "calib"} if option in STATIC_ONLY else {}
         for value in distribution.grid():
-            OrtQuantize.Config(**{option: value})
+            OrtQuantize.Config(**{**base, option: value})
 
 
 def test_non_onnx_input_is_a_pass_error(tmp_path: Path) -> None:
