@@ -57,3 +57,21 @@ def test_bert_cpu_chooses_per_channel_int8_then_reruns_from_the_cache(tmp_path):
     second = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert second.returncode == 0
     assert "passes: 0 run" in second.stdout and "evaluations: 0 run" in second.stdout
+
+
+@pytest.mark.slow
+def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
+    store, out = tmp_path / "store", tmp_path / "out"
+    done = _run(WORKFLOWS / "digits-cnn-cpu.yaml", store, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = json.loads((out / "candidates.json").read_text())["candidates"]
+    reference = next(c for c in records if c["reference"])
+    assert reference["metrics"]["accuracy.top1"] >= 0.9  # the factory really trained the CNN
+    assert reference["metrics"]["accuracy.samples"] == 597  # only the held-out digits
+    static = [c for c in records if c["path"].startswith("export → static_int8")]
+    assert len(static) == 10  # 2 MinMax + 4 Entropy + 4 Percentile points
+    for candidate in records:
+        if candidate["state"] == "complete" and candidate["feasible"]:
+            assert reference["metrics"]["accuracy.top1"] - candidate["metrics"]["accuracy.top1"] <= 0.01
+    chosen = next(c for c in records if c["chosen"])
+    assert chosen["metrics"]["latency.p50_ms"] <= reference["metrics"]["latency.p50_ms"]
