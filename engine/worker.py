@@ -45,11 +45,13 @@ def _dataset_loaders(job: dict[str, Any], input_model: ModelArtifact | None, sig
     loaders = {}
     for name, spec in (job.get("datasets") or {}).items():
         if "path" in spec:
-            loaders[name] = lambda path=spec["path"]: Dataset.load(Path(path))
+            loaders[name] = lambda signature=None, path=spec["path"]: Dataset.load(Path(path))
         else:
             cls = registry.load("datasources", spec["source"])
             source = cls(cls.Config(**spec["config"]))
-            loaders[name] = lambda source=source: source.load(input_model, signature_of()).apply_split(source.config.split)
+            loaders[name] = lambda signature=None, source=source: source.load(input_model, signature or signature_of()).apply_split(
+                source.config.split
+            )
     return loaders
 
 

@@ -22,7 +22,7 @@ from engine.core.search import Distribution
 if TYPE_CHECKING:
     from engine.core.data import Dataset
     from engine.core.evaluator import MetricResult
-    from engine.core.target import Target
+    from engine.core.target import Target, TensorSpec
 
 
 class PassConfig(StrictConfig):
@@ -43,7 +43,7 @@ class PassContext:
     output_dir: Path
     target: Target | None = None
     input_model: ModelArtifact | None = None
-    datasets: dict[str, Callable[[], Dataset]] = field(default_factory=dict)
+    datasets: dict[str, Callable[..., Dataset]] = field(default_factory=dict)  # name -> loader(signature=None)
     #: a folder shared by every run of this pass (across candidates and runs) for results the
     #: pass keys itself by content, e.g. calibration ranges keyed by model + data + method
     cache_dir: Path | None = None
@@ -53,7 +53,9 @@ class PassContext:
     measure: Callable[[str, ModelArtifact], MetricResult] | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("kiln.pass"))
 
-    def dataset(self, name: str) -> Dataset:
+    def dataset(self, name: str, signature: list[TensorSpec] | None = None) -> Dataset:
+        """The named dataset. ``signature`` (the model's inputs) lets a pass with no target read
+        a synthetic dataset, which is built from the consuming model's inputs."""
         try:
             loader = self.datasets[name]
         except KeyError:
@@ -61,7 +63,7 @@ class PassContext:
             raise KilnError(
                 f"step '{self.step_id}' asked for dataset '{name}', which the workflow does not declare (declared: {known})"
             ) from None
-        return loader()
+        return loader(signature) if signature is not None else loader()
 
 
 @dataclass
