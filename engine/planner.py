@@ -51,6 +51,8 @@ class Candidate:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return "null"
     return str(value)
 
 

@@ -21,18 +21,38 @@ from engine.core.errors import KilnError, MissingDependency
 BUILTIN: dict[str, dict[str, str]] = {
     "passes": {
         "torch_export": "passes.export.torch_export:TorchExport",
+        "onnx_simplify": "passes.graph.onnx_simplify:OnnxSimplify",
+        "ort_graph_optimize": "passes.graph.ort_graph_optimize:OrtGraphOptimize",
+        "ort_fusion": "passes.graph.ort_fusion:OrtFusion",
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
+        "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
+        "int4_weights": "passes.quantize.int4_weights:Int4Weights",
+        "fp16": "passes.precision.fp16:Fp16",
+        "openvino_convert": "passes.openvino.convert:OpenVinoConvert",
+        "nncf_quantize": "passes.openvino.nncf_quantize:NncfQuantize",
+        "nncf_quantize_accuracy": "passes.openvino.nncf_quantize_accuracy:NncfQuantizeAccuracy",
+        "nncf_compress_weights": "passes.openvino.nncf_compress_weights:NncfCompressWeights",
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",
         "fidelity": "evaluators.fidelity:Fidelity",
+        "accuracy": "evaluators.accuracy:Accuracy",
+        "size": "evaluators.size:Size",
+        "memory": "evaluators.memory:Memory",
+        "custom": "evaluators.custom:Custom",
     },
     "targets": {
         "onnxruntime": "targets.onnxruntime:OnnxRuntimeTarget",
+        "openvino": "targets.openvino:OpenVinoTarget",
     },
     "datasources": {
         "text_lines": "evaluators.data.text_lines:TextLines",
         "synthetic": "evaluators.data.synthetic:Synthetic",
+        "jsonl": "evaluators.data.tabular:JsonLines",
+        "csv": "evaluators.data.tabular:Csv",
+        "npz": "evaluators.data.npz:Npz",
+        "image_folder": "evaluators.data.image_folder:ImageFolder",
+        "sklearn": "evaluators.data.sklearn:Sklearn",
     },
 }
 

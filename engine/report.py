@@ -199,14 +199,14 @@ def print_plan(runner: Runner, explain_misses: bool = False) -> None:
         candidates = plan.candidates_of(target)
         if not candidates:
             continue
-        console.print(f"[bold]{target}[/bold]: {len(candidates)} candidates x {len(runner.resolved.evaluators)} evaluations")
+        console.print(f"[bold]{target}[/bold]: {len(candidates)} candidates x {sum(e.candidates for e in runner.resolved.evaluators.values())} evaluations")
         reference_digest = None
         for candidate in candidates:
             model_digest = runner.input.digest if not candidate.jobs else digests.get(candidate.jobs[-1])
             if candidate.reference:
                 reference_digest = model_digest
             marks = []
-            for entry in runner.resolved.evaluators.values():
+            for entry in (e for e in runner.resolved.evaluators.values() if e.candidates):
                 if model_digest is None or (entry.cls.needs_reference and not candidate.reference and reference_digest is None):
                     marks.append(f"{entry.id}:[yellow]MISS[/yellow]")
                     continue

@@ -304,7 +304,8 @@ class Runner:
     def _evaluate(self, result: CandidateResult, target_id: str, reference: ModelArtifact | None) -> None:
         model = result.model
         assert model is not None
-        entries = sorted(self.resolved.evaluators.values(), key=lambda e: e.cls.timing)  # cheap figures first
+        # cheap figures first; evaluations kept for passes (candidates: false) are not run here
+        entries = sorted((e for e in self.resolved.evaluators.values() if e.candidates), key=lambda e: e.cls.timing)
         for entry in entries:
             if entry.cls.timing and not self.resolved.spec.search.time_infeasible:
                 broken = cheap_violations(self.resolved, result, self.references.get(target_id))

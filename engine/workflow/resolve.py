@@ -59,6 +59,7 @@ class EvaluatorEntry:
     cls: Any
     config: dict[str, Any]
     timeout_s: float | None
+    candidates: bool = True  # false: only for passes that measure with it
 
 
 @dataclass
@@ -528,11 +529,18 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         if eval_id in evaluators:
             problems.append(source.problem((*where, "id"), f"evaluation id '{eval_id}' is used twice"))
         elif config is not None:
-            evaluators[eval_id] = EvaluatorEntry(id=eval_id, name=cls.name, cls=cls, config=config, timeout_s=options.get("timeout_s"))
+            evaluators[eval_id] = EvaluatorEntry(
+                id=eval_id,
+                name=cls.name,
+                cls=cls,
+                config=config,
+                timeout_s=options.get("timeout_s"),
+                candidates=options.get("candidates", True) is not False,
+            )
 
     # -- select -------------------------------------------------------------------------------
     raw_select = data.get("select") if isinstance(data.get("select"), dict) else {}
-    metrics = [f"{eid}.{metric}" for eid, entry in evaluators.items() for metric in entry.cls.metrics]
+    metrics = [f"{eid}.{metric}" for eid, entry in evaluators.items() if entry.candidates for metric in entry.cls.metrics]
     checks: list[tuple[tuple[str | int, ...], Any]] = []
     if isinstance(raw_select.get("objective"), dict):
         checks.append((("select", "objective", "metric"), raw_select["objective"].get("metric")))

@@ -98,6 +98,10 @@ class EvaluateSpec(_Strict):
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
     timeout_s: float | None = Field(default=None, gt=0, description="Fail the evaluation after this many seconds.")
+    candidates: bool = Field(
+        default=True,
+        description="Measure every candidate with it. false: only passes that validate their own work use it (e.g. a fidelity on calibration data for accuracy-controlled quantization, kept apart from the held-out data that selects).",
+    )
 
 
 class Objective(_Strict):

@@ -151,3 +151,11 @@ def test_killed_run_resumes_without_redoing_finished_jobs(tmp_path, tiny_onnx, t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "passes: 1 run" in done.stdout and "1 cached" in done.stdout
     assert _finished_passes(store) == ["copy", "sleep"]
+
+
+def test_an_evaluation_kept_for_passes_is_not_run_on_candidates(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["evaluate"].append({"id": "fidelity_val", "evaluator": "fidelity", "config": {"data": "rows"}, "candidates": False})
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"))
+    assert report.stats.evals_run == 6  # 3 candidates x (fidelity, latency): fidelity_val never runs
+    assert not any(key.startswith("fidelity_val.") for r in report.results for key in r.metrics)

@@ -206,3 +206,10 @@ def test_cli_exits_2_with_no_traceback_and_writes_nothing(tmp_path, tiny_onnx):
         assert "did you mean 'ort_quantize'?" in done.stderr
     assert not store.exists()
     assert not (tmp_path / "out").exists()
+
+
+def test_select_cannot_use_an_evaluation_that_candidates_do_not_get(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["evaluate"][0]["candidates"] = False
+    (problem,) = problems_of(write_workflow(tmp_path, workflow))
+    assert problem.where == "select.constraints[0].metric"
