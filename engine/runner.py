@@ -107,14 +107,10 @@ class Runner:
         job = self.plan.jobs[job_id]
         step = self.resolved.steps[job.step_id]
         target = self.resolved.targets[job.target].instance.fingerprint() if job.target else None
-        return keys.pass_key(
-            step.pass_cls,
-            job.config,
-            input_digest,
-            self._pass_data_refs(step.pass_cls, job.config),
-            target,
-            self._evaluations_for(step.pass_cls, job.config),
-        )
+        data = self._pass_data_refs(step.pass_cls, job.config)
+        if step.pass_cls.uses_input_model:
+            data = {**data, "workflow input": self.input.digest}
+        return keys.pass_key(step.pass_cls, job.config, input_digest, data, target, self._evaluations_for(step.pass_cls, job.config))
 
     def eval_key(self, entry: Any, model_digest: str, reference_digest: str | None, target_id: str) -> tuple[str, dict[str, Any]]:
         """An evaluation's key: the datasets it reads by key, the files it names by content."""

@@ -91,6 +91,9 @@ class Pass(ABC):
     search_space: ClassVar[dict[str, Distribution]] = {}
     #: names of options that hold a dataset name (checked against the workflow's ``data``)
     dataset_options: ClassVar[tuple[str, ...]] = ()
+    #: the pass reads the workflow's input model (``ctx.input_model``, e.g. its config.json), so
+    #: that model's digest enters the job key
+    uses_input_model: ClassVar[bool] = False
     #: names of options that hold an evaluation id of the workflow's ``evaluate`` list; the
     #: engine then gives the pass ``ctx.measure`` and puts those evaluations' configs in its key
     evaluation_options: ClassVar[tuple[str, ...]] = ()

@@ -1,0 +1,148 @@
+"""onnxruntime's own graph optimizer, run offline: the optimized graph is saved as the new model.
+
+onnxruntime optimizes every model when it opens a session; saving the result
+(``SessionOptions.optimized_model_filepath``) moves that work out of the session start and lets
+later passes (quantization) see the optimized graph. Levels:
+
+- ``basic``: semantics-preserving rewrites with standard ops only (constant folding, redundant
+  node elimination, Conv+Add/Mul/BN folding...). The output is plain ONNX.
+- ``extended`` (default): adds fusions into onnxruntime's contrib ops (com.microsoft:
+  FusedMatMul, BiasGelu, SkipLayerNormalization, Attention on some graphs...). The output
+  loads only in onnxruntime (other runtimes may not know those ops).
+
+Higher levels (``layout``, ``all``) are not offered: above EXTENDED onnxruntime bakes in
+layout transforms and kernels chosen for the CPU that optimizes (NCHWc blocking for its vector
+width), and warns that the saved model "should only be used in the same environment the model
+was optimized in". A portable artifact must stop at EXTENDED; the session that loads the model
+applies the higher levels on the machine that runs it anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.graph_tools import contrib_ops, op_delta, qualified_op_counts, quiet_library, runtime_loadable
+from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
+
+#: the file onnxruntime writes the optimized model to, inside the step's workdir
+_OPTIMIZED_FILE = "optimized.onnx"
+_OPTIMIZED_DATA = "optimized.onnx.data"
+
+
+class OrtGraphOptimize(OnnxPass):
+    name = "ort_graph_optimize"
+    summary = "Run onnxruntime's graph optimizer offline (basic or extended level) and save the optimized graph as the model."
+    version = "1"
+    accepts = ("onnx",)
+    produces = "onnx"
+    libraries = ("onnx", "onnxruntime")
+    search_space = {"level": Categorical(("basic", "extended"))}
+
+    class Config(PassConfig):
+        level: Literal["basic", "extended"] = Field(
+            "extended",
+            description=(
+                "onnxruntime graph optimization level. basic: standard-op rewrites only (constant folding, redundant nodes, "
+                "Conv+BN...); the output stays plain ONNX. extended: also fuses into com.microsoft contrib ops (FusedMatMul, "
+                "BiasGelu, SkipLayerNormalization...); the output then needs onnxruntime. Levels above extended are not offered: "
+                "they bake in kernels and layouts for the CPU that optimizes, so the file would not be portable."
+            ),
+        )
+        disabled_optimizers: list[str] = Field(
+            default_factory=list,
+            description=(
+                "Names of onnxruntime graph transformers / rewrite rules to turn off (for example ConstantSharing, "
+                "MatMulAddFusion, GeluFusion). Names onnxruntime does not know are ignored by it."
+            ),
+        )
+
+        @field_validator("disabled_optimizers")
+        @classmethod
+        def _distinct(cls, names: list[str]) -> list[str]:
+            if len(set(names)) != len(names):
+                raise ValueError(f"names an optimizer twice: {names}")
+            return sorted(names)
+
+    config: Config
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        # onnx and onnxruntime take a second to import: load them only when the pass runs (the
+        # engine imports pass modules when it validates a workflow)
+        import onnx
+
+        try:
+            import onnxruntime
+        except ImportError as error:
+            raise MissingDependency("onnxruntime", "the ort_graph_optimize pass") from error
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, prune_unused_opsets
+
+        cfg = self.config
+        workdir = Path(ctx.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        source = runtime_loadable(model.model_file, workdir)
+        before = onnx.load(str(source), load_external_data=False)
+        large = file_bytes(source) > EXTERNAL_DATA_THRESHOLD
+
+        optimized = workdir / _OPTIMIZED_FILE
+        optimized.unlink(missing_ok=True)
+        (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = {
+            "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        }[cfg.level]
+        options.optimized_model_filepath = str(optimized)
+        options.log_severity_level = 3  # errors only: onnxruntime's native log goes straight to stderr
+        if large:
+            # protobuf cannot hold > 2 GiB: onnxruntime writes the weights next to the model
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", _OPTIMIZED_DATA)
+            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+
+        started = time.perf_counter()
+        with quiet_library() as messages:
+            onnxruntime.InferenceSession(
+                str(source), options, providers=["CPUExecutionProvider"], disabled_optimizers=cfg.disabled_optimizers or None
+            )
+        seconds = round(time.perf_counter() - started, 3)
+        if not optimized.exists():
+            raise ValueError(f"onnxruntime wrote no optimized model to {optimized.name}")
+
+        output = onnx.load(str(optimized))  # external data, if any, is read in from the workdir
+        dropped = prune_unused_opsets(output)  # onnxruntime imports every domain it knows
+        out_file = save_onnx(output, Path(ctx.output_dir))
+        optimized.unlink()
+        (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
+
+        counts_in, counts_out = qualified_op_counts(before), qualified_op_counts(output)
+        contrib = contrib_ops(counts_out)
+        notes = []
+        if contrib:
+            listed = ", ".join(f"{n} {op}" for op, n in contrib.items())
+            notes.append(
+                f"the optimized model contains onnxruntime contrib ops ({listed}): it runs on onnxruntime, other runtimes "
+                "may not load it (level: basic keeps standard ops only)"
+            )
+        details = {
+            "level": cfg.level,
+            "disabled_optimizers": cfg.disabled_optimizers,
+            "nodes_before": sum(counts_in.values()),
+            "nodes_after": sum(counts_out.values()),
+            "op_counts_before": counts_in,
+            "op_counts_after": counts_out,
+            "op_delta": op_delta(counts_in, counts_out),
+            "contrib_ops": contrib,
+            "initializer_bytes_before": initializer_bytes(before),
+            "initializer_bytes_after": initializer_bytes(output),
+            "size_bytes_before": file_bytes(model.model_file),
+            "size_bytes_after": file_bytes(out_file),
+            "dropped_opset_domains": dropped,
+            "library_warnings": messages,
+            "seconds": seconds,
+        }
+        ctx.logger.debug("ort_graph_optimize %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
+        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)

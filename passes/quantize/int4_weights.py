@@ -1,0 +1,308 @@
+"""4-bit block-wise weight-only quantization with onnxruntime's ``MatMulNBitsQuantizer``.
+
+Each constant MatMul weight [K, N] is cut into blocks of ``block_size`` values along K; every
+block gets its own scale (and zero point when asymmetric), and the MatMul becomes a
+``com.microsoft:MatMulNBits`` that dequantizes on the fly (activations stay float; with
+``accuracy_level`` 4 onnxruntime's CPU kernel quantizes them to int8 for the dot products).
+Gather (embedding tables) can become ``GatherBlockQuantized``. The output runs on onnxruntime.
+
+Algorithms, all on CPU:
+
+- ``rtn``: round to nearest, onnxruntime's native block quantizer (``DefaultWeightOnlyQuantConfig``).
+  MatMul and Gather. No data.
+- ``hqq``: Half-Quadratic Quantization (``HQQWeightOnlyQuantConfig``): optimizes scales and zero
+  points per block against the weights (uses torch). MatMul only, always asymmetric (float zero
+  points). No data.
+- ``gptq``: GPTQ (``GPTQWeightOnlyQuantConfig``): corrects the rounding error with second-order
+  statistics of the MatMul inputs, computed from the ``calibration`` dataset. MatMul only.
+
+Only MatMuls whose second input is a constant 2-D weight are quantized: attention's
+activation x activation MatMuls stay, and so do Gemm nodes and the weights inside fused
+Attention / EmbedLayerNormalization nodes (a note says so). Quantizing before ``ort_fusion``
+does not help: MatMulNBits no longer matches the attention patterns. On all-MiniLM-L6-v2 (90 MB
+of weights) rtn/32 quantizes 36 MatMuls of the unfused export (-> 54.5 MB, cosine 0.970), or
+18 of the fused one (-> 63.4 MB, cosine 0.981); with Gather as well the unfused export drops to
+14.4 MB (cosine 0.967).
+
+GPTQ goes through onnxruntime's vendored neural-compressor code, which keeps nodes in a dict by
+name: unnamed nodes (onnxruntime's fusions leave some) are named first, or all but one would
+be dropped; its output is topologically sorted again.
+
+``matmul_nbits_quantizer`` imports ``onnx_ir`` (the onnx-ir distribution, not declared by
+onnxruntime) and calls ``logging.basicConfig`` at import; both are handled here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, topological_sort
+from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: GatherBlockQuantized stores int4 tensors, which the default domain has from opset 21
+_INT4_OPSET = 21
+_QUANTIZED = {"MatMul": "com.microsoft:MatMulNBits", "Gather": "com.microsoft:GatherBlockQuantized"}
+#: onnxruntime fused ops that carry weights the MatMulNBits quantizer does not reach
+_FUSED_WITH_WEIGHTS = ("com.microsoft:Attention", "com.microsoft:EmbedLayerNormalization", "com.microsoft:MultiHeadAttention")
+
+
+class Int4Weights(OnnxPass):
+    name = "int4_weights"
+    summary = "4-bit block-wise weight-only quantization of MatMul (and Gather) weights into MatMulNBits (RTN, HQQ or GPTQ)."
+    version = "1"
+    accepts = ("onnx",)
+    produces = "onnx"
+    libraries = ("onnx", "onnxruntime", "onnx-ir", "numpy", "torch")  # torch: hqq computes with it
+    search_space = {
+        "block_size": Categorical((32, 64, 128)),
+        "is_symmetric": Categorical((True, False)),
+        "accuracy_level": Categorical((None, 4)),
+    }
+    dataset_options = ("calibration",)
+
+    class Config(PassConfig):
+        algorithm: Literal["rtn", "hqq", "gptq"] = Field(
+            "rtn",
+            description="rtn: round to nearest (onnxruntime's native quantizer, MatMul and Gather); hqq: half-quadratic optimization of scales and zero points (MatMul, asymmetric); gptq: error-correcting GPTQ from a calibration dataset (MatMul).",
+        )
+        block_size: Literal[16, 32, 64, 128, 256] = Field(
+            32,
+            description="Weights per block along the reduction axis K; each block has its own scale. Smaller: more accurate, larger file.",
+        )
+        is_symmetric: bool = Field(
+            True,
+            description="Signed int4 with scales only (true) or unsigned int4 with a zero point per block (false). hqq is always asymmetric.",
+        )
+        accuracy_level: Literal[0, 1, 2, 3, 4] | None = Field(
+            None,
+            description=(
+                "MatMulNBits compute type: null/0 unset (the kernel's default), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations "
+                "(fastest on CPUs with VNNI, less exact). Not used by hqq."
+            ),
+        )
+        op_types: list[Literal["MatMul", "Gather"]] = Field(
+            default_factory=lambda: ["MatMul"],
+            min_length=1,
+            description="Op types to quantize. Gather (embedding tables -> GatherBlockQuantized) works with rtn only and needs opset >= 21: a lower-opset model is converted to opset 21 first (onnx.version_converter).",
+        )
+        nodes_to_exclude: list[str] = Field(
+            default_factory=list, description="Names of MatMul / Gather nodes to keep in float. An unknown name is an error."
+        )
+        calibration: str | None = Field(
+            None, description="gptq only: name of the workflow dataset whose samples feed the model to collect the MatMul input statistics."
+        )
+        calibration_samples: PositiveInt = Field(
+            128, description="gptq: at most this many samples of the calibration dataset are used, one per batch."
+        )
+
+        @field_validator("op_types", "nodes_to_exclude")
+        @classmethod
+        def _distinct(cls, names: list[str]) -> list[str]:
+            if len(set(names)) != len(names):
+                raise ValueError(f"names an entry twice: {names}")
+            return sorted(names)
+
+        @model_validator(mode="after")
+        def _check(self) -> Int4Weights.Config:
+            if self.algorithm == "gptq" and not self.calibration:
+                raise ValueError("algorithm gptq needs calibration: the name of a dataset of model inputs")
+            if self.algorithm != "gptq" and self.calibration:
+                raise ValueError(f"calibration is used by algorithm gptq only; {self.algorithm} needs no data")
+            if self.algorithm != "rtn" and "Gather" in self.op_types:
+                raise ValueError(f"algorithm {self.algorithm} quantizes MatMul only; Gather needs algorithm rtn")
+            return self
+
+    config: Config
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        # onnx and onnxruntime take seconds to import: load them only when the pass runs (the
+        # engine imports pass modules when it validates a workflow)
+        import onnx
+
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, iter_nodes, node_names
+
+        cfg = self.config
+        source = onnx.load(str(model.model_file))
+        unknown = sorted(set(cfg.nodes_to_exclude) - node_names(source))
+        if unknown:
+            raise ValueError(f"nodes_to_exclude: the model has no node named {', '.join(unknown)}")
+        counts_in = qualified_op_counts(source)
+        bytes_in = initializer_bytes(source)
+        candidates = _candidates(source, cfg.op_types)
+        named = name_unnamed_nodes(source)  # the gptq code keeps nodes by name: unnamed ones would be lost
+        notes: list[str] = []
+        opset = default_opset(source)
+        if "Gather" in cfg.op_types and opset < _INT4_OPSET:
+            source = onnx.version_converter.convert_version(source, _INT4_OPSET)
+            notes.append(
+                f"converted the model from opset {opset} to {_INT4_OPSET} (onnx.version_converter): quantized Gather weights are int4 tensors"
+            )
+        reader = self._calibration_reader(source, ctx) if cfg.algorithm == "gptq" else None
+        input_order = [t.name for t in source.graph.initializer]  # the quantizers edit ``source`` in place
+
+        started = time.perf_counter()
+        with quiet_library() as messages:
+            quantizer = _make_quantizer(source, cfg, reader)
+            quantizer.process()
+        seconds = round(time.perf_counter() - started, 3)
+        output = quantizer.model.model
+        _order_initializers(output, input_order)
+        add_contrib_opset(output)  # the gptq code path writes MatMulNBits without importing the domain
+        topological_sort(output)  # ... and leaves the nodes it rewrites out of order
+        out_file = save_onnx(output, Path(ctx.output_dir))
+
+        counts_out = qualified_op_counts(output)
+        quantized = {op: counts_out.get(new, 0) - counts_in.get(new, 0) for op, new in _QUANTIZED.items() if op in cfg.op_types}
+        left = {op: sum(1 for n in iter_nodes(output.graph) if n.op_type == op and n.domain in ("", "ai.onnx")) for op in cfg.op_types}
+        if not any(quantized.values()):
+            notes.append(
+                f"nothing was quantized: no {' / '.join(cfg.op_types)} node with a constant 2-D weight "
+                f"({sum(candidates.values())} candidates, {len(cfg.nodes_to_exclude)} excluded); the output equals the input"
+            )
+        if counts_in.get("Gemm"):
+            notes.append(f"{counts_in['Gemm']} Gemm nodes stay float: the MatMulNBits quantizer handles MatMul only")
+        fused = {op: counts_in[op] for op in _FUSED_WITH_WEIGHTS if counts_in.get(op)}
+        if fused:
+            listed = ", ".join(f"{n} {op.split(':')[1]}" for op, n in fused.items())
+            notes.append(
+                f"the weights inside fused ops ({listed}) stay float: the quantizer handles MatMul and Gather nodes only "
+                "(quantizing before ort_fusion would keep attention from fusing)"
+            )
+        details: dict[str, Any] = {
+            "algorithm": cfg.algorithm,
+            "bits": 4,
+            "block_size": cfg.block_size,
+            "is_symmetric": cfg.is_symmetric if cfg.algorithm != "hqq" else False,
+            "accuracy_level": cfg.accuracy_level,
+            "op_types": cfg.op_types,
+            "candidates": candidates,
+            "quantized": quantized,
+            "left_float": left,
+            "nodes_to_exclude": cfg.nodes_to_exclude,
+            "calibration": cfg.calibration,
+            "nodes_named": named,
+            "nodes_before": sum(counts_in.values()),
+            "nodes_after": sum(counts_out.values()),
+            "op_delta": op_delta(counts_in, counts_out),
+            "initializer_bytes_before": bytes_in,
+            "initializer_bytes_after": initializer_bytes(output),
+            "size_bytes_before": file_bytes(model.model_file),
+            "size_bytes_after": file_bytes(out_file),
+            "library_warnings": messages,
+            "seconds": seconds,
+        }
+        ctx.logger.debug("int4_weights %s: quantized %s", ctx.step_id, quantized)
+        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+
+    def _calibration_reader(self, source: Any, ctx: PassContext) -> _Samples:
+        cfg = self.config
+        assert cfg.calibration is not None  # the config validator ensures it for gptq
+        dataset = ctx.dataset(cfg.calibration)
+        initializers = {t.name for t in source.graph.initializer}
+        wanted = [v.name for v in source.graph.input if v.name not in initializers]
+        missing = [name for name in wanted if name not in dataset.inputs]
+        if missing:
+            raise ValueError(
+                f"calibration dataset '{cfg.calibration}' lacks model inputs {', '.join(missing)}; it has {', '.join(sorted(dataset.inputs)) or 'none'}"
+            )
+        if len(dataset) == 0:
+            raise ValueError(f"calibration dataset '{cfg.calibration}' is empty")
+        batches = [{name: batch[name] for name in wanted} for batch in dataset.batches(1, limit=cfg.calibration_samples)]
+        return _Samples(batches)
+
+
+class _Samples:
+    """onnxruntime's CalibrationDataReader protocol (``get_next``) plus iteration, over arrays in
+    memory. The GPTQ code deep-copies the reader and iterates the copy."""
+
+    def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
+        self.batches = batches
+        self.position = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.position >= len(self.batches):
+            return None
+        self.position += 1
+        return self.batches[self.position - 1]
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _order_initializers(model: Any, input_order: list[str]) -> None:
+    """Put the initializers in a canonical order: the input model's first (in its order), then the
+    quantizer's new ones by name. The GPTQ code visits MatMul inputs in set order, which changes
+    with the process's hash seed, and appends the quantized weights in that order; without this
+    the same input and config would give different bytes in different worker processes."""
+    position = {name: index for index, name in enumerate(input_order)}
+    model.graph.initializer.sort(key=lambda t: (position.get(t.name, len(position)), t.name))
+
+
+def _candidates(model: Any, op_types: list[str]) -> dict[str, int]:
+    """Nodes of ``op_types`` whose weight (MatMul input 1, Gather input 0) is a float initializer."""
+    from passes.quantize.onnx_facts import iter_nodes
+
+    floats = {t.name for t in model.graph.initializer if t.data_type in (1, 10) and len(t.dims) >= 2}
+    found = dict.fromkeys(op_types, 0)
+    for node in iter_nodes(model.graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in found:
+            continue
+        weight = node.input[1] if node.op_type == "MatMul" else node.input[0]
+        if weight in floats:
+            found[node.op_type] += 1
+    return found
+
+
+def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: _Samples | None) -> Any:
+    """The configured MatMulNBitsQuantizer. Imported here, inside ``quiet_library``: the module
+    calls ``logging.basicConfig(level=INFO)`` at import, which is then a no-op."""
+    try:
+        from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+    except ImportError as error:
+        package = "onnx-ir" if "onnx_ir" in str(error) else "onnxruntime"
+        raise MissingDependency(package, "the int4_weights pass") from error
+
+    class Quantizer(nbits.MatMulNBitsQuantizer):  # type: ignore[misc, name-defined]
+        # The GPTQ path ignores nodes_to_exclude (only the RTN path marks them "fp32" in the node
+        # config): mark them here so every path honours the exclusions.
+        def _generate_q4_node_config(self) -> dict[str, Any]:
+            config: dict[str, Any] = super()._generate_q4_node_config()
+            config.update(dict.fromkeys(self.nodes_to_exclude, "fp32"))
+            return config
+
+    op_types = tuple(cfg.op_types)
+    if cfg.algorithm == "hqq":
+        algo = nbits.HQQWeightOnlyQuantConfig(block_size=cfg.block_size, bits=4, op_types_to_quantize=op_types)
+    elif cfg.algorithm == "gptq":
+        algo = nbits.GPTQWeightOnlyQuantConfig(calibration_data_reader=reader, op_types_to_quantize=op_types)
+    else:
+        algo = nbits.DefaultWeightOnlyQuantConfig(
+            block_size=cfg.block_size,
+            is_symmetric=cfg.is_symmetric,
+            accuracy_level=cfg.accuracy_level,
+            op_types_to_quantize=op_types,
+            quant_axes=(("MatMul", 0), ("Gather", 1)),
+            bits=4,
+        )
+    return Quantizer(
+        source,
+        bits=4,
+        block_size=cfg.block_size,
+        is_symmetric=cfg.is_symmetric,
+        accuracy_level=cfg.accuracy_level,
+        nodes_to_exclude=list(cfg.nodes_to_exclude),
+        op_types_to_quantize=op_types,
+        algo_config=algo,
+    )
