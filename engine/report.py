@@ -139,6 +139,7 @@ def print_summary(report: RunReport) -> None:
         for result in failed:
             console.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
     chosen = report.chosen()
+    _print_across_targets(report, chosen, objective, spec.objective.goal)
     for target in report.resolved.targets:
         if target in chosen:
             where = report.output_dir / target / "model" if report.output_dir else "(not written)"
@@ -147,6 +148,24 @@ def print_summary(report: RunReport) -> None:
             console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
     if report.output_dir:
         console.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
+
+
+def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult], objective: str, goal: str) -> None:
+    """With several targets: the best choice overall, against every target's reference."""
+    if len(chosen) < 2:
+        return
+    sign = 1 if goal == "max" else -1
+    best_target, best = max(chosen.items(), key=lambda item: item[1].metrics.get(objective, float("-inf") * sign) * sign)
+    value = best.metrics.get(objective)
+    if value is None:
+        return
+    ratios = []
+    for result in report.results:
+        if result.candidate.reference and objective in result.metrics and result.metrics[objective]:
+            ref = result.metrics[objective]
+            ratio = ref / value if goal == "min" else value / ref
+            ratios.append(f"{ratio:.2f}x vs {result.candidate.target}'s reference ({_num(ref)})")
+    console.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
 
 
 def print_plan(runner: Runner, explain_misses: bool = False) -> None:
@@ -199,7 +218,9 @@ def print_plan(runner: Runner, explain_misses: bool = False) -> None:
         candidates = plan.candidates_of(target)
         if not candidates:
             continue
-        console.print(f"[bold]{target}[/bold]: {len(candidates)} candidates x {sum(e.candidates for e in runner.resolved.evaluators.values())} evaluations")
+        console.print(
+            f"[bold]{target}[/bold]: {len(candidates)} candidates x {sum(e.candidates for e in runner.resolved.evaluators.values())} evaluations"
+        )
         reference_digest = None
         for candidate in candidates:
             model_digest = runner.input.digest if not candidate.jobs else digests.get(candidate.jobs[-1])

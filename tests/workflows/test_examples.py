@@ -35,19 +35,26 @@ def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.slow
-def test_bert_cpu_chooses_per_channel_int8_then_reruns_from_the_cache(tmp_path):
+def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cache(tmp_path):
     store, out = tmp_path / "store", tmp_path / "out"
     first = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert first.returncode == 0, first.stdout + first.stderr
     records = {c["path"]: c for c in json.loads((out / "candidates.json").read_text())["candidates"]}
+    assert len(records) == 20 and all(c["state"] == "complete" for c in records.values())
     fp32 = records["export"]
-    per_tensor = records["export → int8(per_channel=false)"]
-    per_channel = records["export → int8(per_channel=true)"]
     assert fp32["reference"] and fp32["metrics"]["fidelity.cosine_mean"] == 1.0
+    # what STACK.md measured by hand, found by the run: per-tensor dynamic INT8 and static QDQ of
+    # every op break the 0.99 bar; per-channel dynamic INT8 keeps it
+    per_tensor = records["export → int8(mode=dynamic, per_channel=false)"]
     assert per_tensor["feasible"] is False and "fidelity.cosine_mean" in per_tensor["violations"][0]
-    assert per_channel["chosen"], first.stdout
-    assert per_channel["metrics"]["latency.p50_ms"] < fp32["metrics"]["latency.p50_ms"]
-    export_details = per_channel["steps"][0]["details"]
+    static_all = records["export → int8(mode=static, per_channel=false, calibration=calibration, op_types_to_quantize=null)"]
+    assert static_all["metrics"]["fidelity.cosine_mean"] < 0.8 and static_all["feasible"] is False
+    assert records["export → int8(mode=dynamic, per_channel=true)"]["feasible"]
+    fused = records["export → fuse"]["steps"][1]["details"]
+    assert fused["fused_operators"]["Attention"] == 6
+    chosen = next(c for c in records.values() if c["chosen"])
+    assert chosen["feasible"] and chosen["metrics"]["latency.p50_ms"] < fp32["metrics"]["latency.p50_ms"]
+    export_details = chosen["steps"][0]["details"]
     assert export_details["parity"]["max_abs_diff"] <= export_details["parity"]["tolerance"]
     import onnxruntime
 
@@ -75,3 +82,26 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
             assert reference["metrics"]["accuracy.top1"] - candidate["metrics"]["accuracy.top1"] <= 0.01
     chosen = next(c for c in records if c["chosen"])
     assert chosen["metrics"]["latency.p50_ms"] <= reference["metrics"]["latency.p50_ms"]
+
+
+@pytest.mark.slow
+def test_bert_openvino_chooses_per_target_from_one_export(tmp_path):
+    store, out = tmp_path / "store", tmp_path / "out"
+    done = _run(WORKFLOWS / "bert-openvino.json", store, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = json.loads((out / "candidates.json").read_text())["candidates"]
+    exports = {c["steps"][0]["digest"] for c in records if c["steps"]}
+    assert len(exports) == 1  # one export, shared by both targets
+    by_target = {t: [c for c in records if c["target"] == t] for t in ("ov-cpu", "ort-cpu")}
+    ov_reference = next(c for c in by_target["ov-cpu"] if c["reference"])
+    assert ov_reference["evaluations"]["latency"]["details"]["precision_hint"] == "f32"  # FP32 really is FP32
+    ov_chosen = next(c for c in by_target["ov-cpu"] if c["chosen"])
+    assert ov_chosen["metrics"]["fidelity.cosine_mean"] >= 0.99
+    assert any(step["pass"] in ("nncf_quantize", "nncf_quantize_accuracy") for step in ov_chosen["steps"])
+    assert next(c for c in by_target["ort-cpu"] if c["chosen"])
+    accuracy_controlled = [c for c in by_target["ov-cpu"] if any(s["pass"] == "nncf_quantize_accuracy" for s in c["steps"])]
+    assert accuracy_controlled and all(c["state"] == "complete" for c in accuracy_controlled)
+    import openvino
+
+    compiled = openvino.Core().compile_model(str(out / "ov-cpu" / "model" / "model.xml"), "CPU")
+    assert {port.get_any_name() for port in compiled.inputs} >= {"input_ids", "attention_mask"}
