@@ -192,6 +192,14 @@ class OnnxRuntimeTarget(Target):
         missing = [name for name in self.config.providers if name not in available]
         if missing:
             hint = " Install onnxruntime-gpu (in place of onnxruntime) and check the CUDA drivers." if CUDA in missing else ""
+            if "OpenVINOExecutionProvider" in missing:
+                # onnxruntime-openvino is a separate wheel that replaces the onnxruntime module, so
+                # it cannot share this environment; isolated per-target environments are not built yet
+                hint += (
+                    " The OpenVINO execution provider comes in the onnxruntime-openvino wheel, which replaces the onnxruntime module"
+                    " and so cannot live beside it; Kiln does not build isolated environments yet. Use the `openvino` runtime"
+                    " (native OpenVINO) for OpenVINO on this machine."
+                )
             return Availability(
                 False,
                 f"execution provider{'s' if len(missing) > 1 else ''} {', '.join(missing)} not available in onnxruntime "

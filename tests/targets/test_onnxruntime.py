@@ -209,3 +209,12 @@ def test_importing_the_module_does_not_import_onnxruntime() -> None:
     code = "import sys, targets.onnxruntime; print('onnxruntime' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_the_openvino_execution_provider_is_unavailable_with_the_reason_why():
+    from targets.onnxruntime import OnnxRuntimeTarget
+
+    target = OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="ort-ov", runtime="onnxruntime", providers=["OpenVINOExecutionProvider"]))
+    availability = target.availability()
+    assert not availability.ok
+    assert "onnxruntime-openvino" in availability.reason and "`openvino` runtime" in availability.reason

@@ -1,0 +1,65 @@
+"""--workers 2 against --workers 1 on pass-heavy work (one MiniLM export, eight INT8 passes).
+
+    python bench/workers.py [WORKFLOW] [--rounds N]
+
+Each round runs the workflow cold (a fresh store) with 1 worker and with 2, alternating which
+goes first, and prints the wall times; the summary gives the medians and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cold_run(workflow: Path, workers: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="kiln-workers-") as tmp:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "engine.cli",
+                "run",
+                str(workflow),
+                "--store",
+                f"{tmp}/store",
+                "-o",
+                f"{tmp}/out",
+                "-q",
+                "--workers",
+                str(workers),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"engine run --workers {workers} failed:\n{done.stdout}\n{done.stderr}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workflow", nargs="?", type=Path, default=ROOT / "bench" / "workflows" / "minilm-passes.yaml")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    for round_ in range(args.rounds):
+        for workers in (1, 2) if round_ % 2 == 0 else (2, 1):
+            walls[workers].append(cold_run(args.workflow, workers))
+            print(f"round {round_ + 1}: --workers {workers}: {walls[workers][-1]:.1f} s", flush=True)
+    one, two = statistics.median(walls[1]), statistics.median(walls[2])
+    print(f"median wall: --workers 1 {one:.1f} s · --workers 2 {two:.1f} s · ratio {one / two:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
