@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -12,7 +13,22 @@ from engine.workflow.schema import Workflow
 log = logging.getLogger(__name__)
 
 
-def _plugin_branches(kind: str, key: str, where: str) -> list[dict[str, Any]]:
+def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """Move a plugin schema's own ``$defs`` to the document's, renamed ``<prefix>.<name>`` so two
+    plugins' definitions never collide, and point its references there."""
+    own = schema.pop("$defs", {})
+    text = json.dumps(schema)
+    for name in own:
+        text = text.replace(f'"#/$defs/{name}"', f'"#/$defs/{prefix}.{name}"')
+    for name, definition in own.items():
+        body = json.dumps(definition)
+        for other in own:
+            body = body.replace(f'"#/$defs/{other}"', f'"#/$defs/{prefix}.{other}"')
+        defs[f"{prefix}.{name}"] = json.loads(body)
+    return dict(json.loads(text))
+
+
+def _plugin_branches(kind: str, key: str, where: str, defs: dict[str, Any]) -> list[dict[str, Any]]:
     branches = []
     for name in registry.names(kind):
         try:
@@ -20,7 +36,7 @@ def _plugin_branches(kind: str, key: str, where: str) -> list[dict[str, Any]]:
         except KilnError as error:  # a broken or uninstalled plugin must not take the schema down
             log.warning("%s", error)
             continue
-        schema = cls.Config.model_json_schema()
+        schema = _hoist_defs(cls.Config.model_json_schema(), f"{kind}.{name}", defs)
         if where:
             then = {"properties": {where: schema}}
         else:
@@ -34,16 +50,16 @@ def full_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "Kiln workflow (version 1)"
     defs = schema.setdefault("$defs", {})
-    defs["StepSpec"]["allOf"] = _plugin_branches("passes", "pass", "config")
-    defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", "evaluator", "config")
+    defs["StepSpec"]["allOf"] = _plugin_branches("passes", "pass", "config", defs)
+    defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", "evaluator", "config", defs)
     schema["properties"]["targets"]["items"] = {
         "type": "object",
         "required": ["id", "runtime"],
-        "allOf": _plugin_branches("targets", "runtime", ""),
+        "allOf": _plugin_branches("targets", "runtime", "", defs),
     }
     schema["properties"]["data"]["additionalProperties"] = {
         "type": "object",
         "required": ["source"],
-        "allOf": _plugin_branches("datasources", "source", ""),
+        "allOf": _plugin_branches("datasources", "source", "", defs),
     }
     return schema

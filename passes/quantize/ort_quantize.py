@@ -310,7 +310,7 @@ class OrtQuantize(OnnxPass):
         else:
             supported = default_op_types = sorted(registry.IntegerOpsRegistry)
         _check_op_types(cfg, supported)
-        source = _runtime_loadable(model.model_file, workdir)
+        source = runtime_loadable_copy(model.model_file, workdir)
         graph = onnx.load(str(source), load_external_data=False)
         op_types = (
             sorted(set(cfg.op_types_to_quantize))
@@ -335,7 +335,7 @@ class OrtQuantize(OnnxPass):
         with capture_library_logs() as messages:
             started = time.perf_counter()
             keep_names = bool(cfg.nodes_to_quantize or cfg.nodes_to_exclude)
-            to_quantize, preprocess_state = _preprocess(source, workdir, cfg.preprocess, keep_names, large, messages, notes)
+            to_quantize, preprocess_state = preprocess_for_quantization(source, workdir, cfg.preprocess, keep_names, large, messages, notes)
             timings["preprocess"] = round(time.perf_counter() - started, 3)
             before = onnx.load(str(to_quantize), load_external_data=False)
 
@@ -535,7 +535,7 @@ def _quantize_static(
     )
 
 
-def _runtime_loadable(model_file: Path, workdir: Path) -> Path:
+def runtime_loadable_copy(model_file: Path, workdir: Path) -> Path:
     """``model_file``, or a copy in ``workdir`` with the IR version lowered to what onnxruntime
     loads (``quant_pre_process`` opens the model in an onnxruntime session)."""
     import onnx
@@ -604,7 +604,7 @@ def _node_list(names: list[str], graph: onnx.ModelProto, option: str) -> list[st
     return [*names, *(f"{n}_MatMul" for n in names if n in gemms)]
 
 
-def _preprocess(
+def preprocess_for_quantization(
     source: Path, workdir: Path, enabled: bool, keep_names: bool, large: bool, messages: list[LibraryMessage], notes: list[str]
 ) -> tuple[Path, str]:
     """Run ``quant_pre_process`` into ``workdir``; return the model to quantize and what happened:

@@ -1,0 +1,379 @@
+"""INT8 quantization with onnxruntime, tuned until one of the workflow's metrics clears a bar: the
+most sensitive nodes fall back to float, step by step (in the spirit of Intel Neural Compressor's
+accuracy-driven tuning, whose ONNX support is gone upstream).
+
+1. The input is preprocessed once (``quant_pre_process``, as ``ort_quantize`` does), unnamed
+   nodes get names, and that float model is what every iteration quantizes, so node names and
+   the calibration ranges (cached in the pass's cache folder) hold across iterations.
+2. Iteration 0 quantizes with the given options (``ort_quantize``'s own code); each iteration
+   writes ``workdir/iter_<i>/model.onnx`` and measures it with ``ctx.measure(validation, model)``
+   (on the step's target, against the step's input model). When ``metric`` clears the bar
+   (``min`` / ``max``), that model is the output.
+3. Otherwise the quantization noise of every quantized tensor and weight is measured once, on the
+   first model (``passes.quantize._sensitivity``: onnxruntime's QDQ debugging tools, a few
+   calibration samples; weights only in dynamic mode), and each next iteration leaves in float
+   the nodes that ask for the noisiest points not yet excluded (``fallback: nodes``, at least
+   ``nodes_per_step`` of them) or every node of the op type adding the most noise
+   (``fallback: op_types``). Once is enough: a point's noise depends on its range and its
+   values, not on which other nodes are quantized, so the ranking barely moves between
+   iterations, while measuring it again would cost more than the quantization does.
+4. When ``max_iterations`` models were measured without clearing the bar, ``on_failure: best``
+   outputs the best of them (closest to the bar; fewer float nodes among equals) with a note,
+   and ``error`` fails with the trajectory.
+
+onnx, onnxruntime and numpy are imported inside functions: the engine imports this module when
+it validates a workflow, only to read ``Config``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
+
+from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassContext, PassResult
+from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
+from passes.quantize.library_logs import capture_library_logs
+from passes.quantize.onnx_facts import file_bytes, iter_nodes
+from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization, runtime_loadable_copy
+
+if TYPE_CHECKING:
+    import onnx
+
+#: names listed per iteration in the details (the final list is given in full)
+_NAMES_SHOWN = 16
+
+
+class OrtQuantizeAccuracyConfig(OrtQuantizeConfig):
+    """ort_quantize's options (static by default) plus the bar and how to reach it."""
+
+    mode: Literal["dynamic", "static"] = Field(
+        "static",
+        description="static (default): activations quantized with ranges calibrated on `calibration`; dynamic: at run time (only weight noise ranks the nodes then).",
+    )
+    validation: str = Field(description="Id of the workflow evaluation that judges each model (an entry of `evaluate:`, e.g. fidelity).")
+    metric: str = Field(description="The value of that evaluation compared with the bar, e.g. cosine_mean.")
+    min: float | None = Field(None, description="The bar: the metric must be at least this (e.g. 0.99 for cosine_mean).")
+    max: float | None = Field(None, description="The bar: the metric must be at most this (e.g. 0.05 for max_abs_error).")
+    max_iterations: int = Field(10, ge=1, description="Most models quantized and measured, the first (nothing in float) included.")
+    nodes_per_step: int = Field(
+        4, ge=1, description="fallback nodes: how many more nodes each iteration leaves in float (at least; a tensor's nodes go together)."
+    )
+    fallback: Literal["nodes", "op_types"] = Field(
+        "nodes",
+        description="nodes: the nodes around the noisiest quantized tensors fall back; op_types: all nodes of the op type adding the most noise, one op type per iteration.",
+    )
+    sensitivity: Literal["activation_error", "weight_error"] | None = Field(
+        None,
+        description=(
+            "How nodes are ranked. activation_error (static): the SQNR each quantized activation and weight adds, measured with "
+            "onnxruntime's QDQ debugging tools on calibration samples (QOperator: on a QDQ twin). weight_error: the weights' SQNR "
+            "only (the only one in dynamic mode). null: activation_error in static mode, weight_error in dynamic mode."
+        ),
+    )
+    sensitivity_samples: int = Field(
+        4, ge=1, description="activation_error: calibration samples run to measure the noise (fewer if the dataset has fewer)."
+    )
+    on_failure: Literal["best", "error"] = Field(
+        "best",
+        description="When no model clears the bar within max_iterations: best outputs the best one with a note; error fails with the trajectory.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_static_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.setdefault("mode", "static")
+        if data["mode"] == "static":
+            for name, value in STATIC_DEFAULTS.items():
+                if data.get(name) is None:
+                    data[name] = value
+        if data.get("sensitivity") is None:
+            data["sensitivity"] = "activation_error" if data["mode"] == "static" else "weight_error"
+        return data
+
+    @model_validator(mode="after")
+    def _check_bar(self) -> OrtQuantizeAccuracyConfig:
+        if self.min is None and self.max is None:
+            raise ValueError("give the bar: min (the metric must be at least this), max (at most this), or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}: no value can clear that bar")
+        if self.sensitivity == "activation_error" and self.mode == "dynamic":
+            raise ValueError(
+                "sensitivity activation_error needs mode static (a dynamic model has no calibrated activations); use weight_error"
+            )
+        return self
+
+    def quantize_options(self, excluded: list[str]) -> OrtQuantizeConfig:
+        """ort_quantize's config for one iteration: these options, these nodes in float, no preprocessing."""
+        given = self.model_dump(include=set(OrtQuantizeConfig.model_fields))
+        return OrtQuantizeConfig(**{**given, "preprocess": False, "nodes_to_exclude": excluded})
+
+
+class OrtQuantizeAccuracy(OnnxPass):
+    name = "ort_quantize_accuracy"
+    summary = "INT8 quantization with onnxruntime that falls the most sensitive nodes back to float until a workflow metric clears a bar."
+    version = "1"
+    accepts = ("onnx",)
+    produces = "onnx"
+    target_dependent = True
+    libraries = ("onnx", "onnxruntime")
+    dataset_options = ("calibration",)
+    evaluation_options = ("validation",)
+    search_space = {
+        "nodes_per_step": Categorical((2, 4, 8)),
+        "fallback": Categorical(("nodes", "op_types")),
+        "per_channel": Categorical((False, True)),
+        "calibration_method": Categorical(("MinMax", "Entropy", "Percentile")),
+    }
+
+    Config = OrtQuantizeAccuracyConfig
+    config: OrtQuantizeAccuracyConfig
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        try:
+            import onnx
+        except ImportError as error:
+            raise MissingDependency("onnx", "the ort_quantize_accuracy pass") from error
+        from passes.quantize import _sensitivity
+
+        cfg = self.config
+        if ctx.measure is None:
+            raise KilnError(f"step '{ctx.step_id}' needs the engine's measure function to run evaluation '{cfg.validation}'")
+        workdir = Path(ctx.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        notes: list[str] = []
+        started = time.perf_counter()
+        float_model, preprocess_state = self._float_model(model, workdir, notes)
+        graph = onnx.load(str(float_model.model_file), load_external_data=False)
+        op_of = {node.name: node.op_type for node in iter_nodes(graph.graph) if node.name}
+        datasets = {name: functools.cache(loader) for name, loader in ctx.datasets.items()}
+        cache_dir = Path(ctx.cache_dir) if ctx.cache_dir is not None else workdir / "calibration_cache"
+
+        def quantize(excluded: list[str], output_dir: Path, **override: Any) -> PassResult:
+            shutil.rmtree(output_dir, ignore_errors=True)
+            sub = PassContext(
+                step_id=ctx.step_id,
+                workdir=workdir / "quantize",
+                output_dir=output_dir,
+                datasets=datasets,
+                cache_dir=cache_dir,
+                logger=ctx.logger,
+            )
+            Path(sub.workdir).mkdir(parents=True, exist_ok=True)
+            options = cfg.quantize_options(excluded).model_copy(update=override)
+            return OrtQuantize(options).run(float_model, sub)
+
+        runs: list[_Run] = []
+        ranked: list[_sensitivity.Point] | None = None
+        candidates: list[str] = []
+        op_order: list[tuple[str, float]] = []
+        sensitivity: dict[str, Any] | None = None
+        excluded, op_type = list(cfg.nodes_to_exclude), None
+        stopped = "max_iterations"
+        for iteration in range(cfg.max_iterations):
+            new: list[str] = []
+            if iteration > 0:
+                if ranked is None:
+                    ranked, sensitivity, candidates = self._rank(graph, runs[0], datasets, quantize, workdir)
+                    op_order = _sensitivity.op_type_ranking(ranked, op_of)
+                    sensitivity["op_types"] = dict(op_order)
+                if cfg.fallback == "nodes":
+                    new = _sensitivity.next_nodes(ranked, set(excluded), cfg.nodes_per_step)
+                else:
+                    new, op_type = _next_op_type(op_order, [r.op_type for r in runs], candidates, excluded, op_of)
+                if not new:
+                    stopped = "nothing_left_to_fall_back"
+                    break
+                excluded = excluded + new
+            began = time.perf_counter()
+            result = quantize(excluded, workdir / f"iter_{iteration}")
+            quantized = time.perf_counter()
+            value = self._measure(ctx, result.model)
+            runs.append(
+                _Run(
+                    result,
+                    value,
+                    excluded,
+                    new,
+                    op_type,
+                    {"quantize": round(quantized - began, 3), "measure": round(time.perf_counter() - quantized, 3)},
+                )
+            )
+            ctx.logger.info("%s: iteration %d, %d nodes in float, %s %s", ctx.step_id, iteration, len(excluded), cfg.metric, value)
+            if self._meets(value):
+                stopped = "bar_met"
+                break
+
+        trajectory = [run.summary(i, self._meets(run.value)) for i, run in enumerate(runs)]
+        chosen = min(range(len(runs)), key=lambda i: (self._shortfall(runs[i].value), len(runs[i].excluded), i))
+        best = runs[chosen]
+        met = self._meets(best.value)
+        if not met:
+            steps = "; ".join(
+                f"iteration {t['iteration']}: {t['excluded']} nodes in float, {cfg.metric} {t['metric']:.6g}" for t in trajectory
+            )
+            why = "no node was left to fall back" if stopped == "nothing_left_to_fall_back" else f"max_iterations ({cfg.max_iterations})"
+            if cfg.on_failure == "error":
+                raise KilnError(f"{cfg.validation}.{cfg.metric} never cleared the bar ({self._bar()}) before {why}: {steps}")
+            notes.append(
+                f"{cfg.validation}.{cfg.metric} did not clear the bar ({self._bar()}) before {why}; the output is the best model found: "
+                f"iteration {chosen}, {len(best.excluded)} nodes in float, {cfg.metric} {best.value:.6g}"
+            )
+        shutil.copytree(best.result.model.path, ctx.output_dir, dirs_exist_ok=True)
+        output = ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs)
+        notes.extend(best.result.notes)
+        details: dict[str, Any] = {
+            "mode": cfg.mode,
+            "validation": cfg.validation,
+            "metric": cfg.metric,
+            "bar": {"min": cfg.min, "max": cfg.max},
+            "bar_met": met,
+            "final_metric": best.value,
+            "chosen_iteration": chosen,
+            "iterations": len(runs),
+            "stopped": stopped,
+            "fallback": cfg.fallback,
+            "excluded_nodes": best.excluded,
+            "excluded_count": len(best.excluded),
+            "excluded_op_types": dict(sorted(Counter(op_of.get(n, "?") for n in best.excluded).items())),
+            "trajectory": trajectory,
+            "preprocess": preprocess_state,
+            "sensitivity": sensitivity,
+            "quantization": {key: best.result.details.get(key) for key in _QUANTIZATION_FACTS},
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        if cfg.fallback == "op_types":
+            details["fallen_op_types"] = [r.op_type for r in runs[1 : chosen + 1]]
+        return PassResult(model=output, details=details, notes=notes)
+
+    # --------------------------------------------------------------------------------------------
+
+    def _float_model(self, model: ModelArtifact, workdir: Path, notes: list[str]) -> tuple[ModelArtifact, str]:
+        """The model every iteration quantizes: preprocessed once, every node named, saved in ``workdir/float``."""
+        import onnx
+
+        from passes.quantize import _sensitivity
+
+        cfg = self.config
+        source = runtime_loadable_copy(model.model_file, workdir)
+        keep_names = bool(cfg.nodes_to_quantize or cfg.nodes_to_exclude)
+        with capture_library_logs() as messages:
+            to_quantize, state = preprocess_for_quantization(
+                source, workdir, cfg.preprocess, keep_names, file_bytes(source) > EXTERNAL_DATA_THRESHOLD, messages, notes
+            )
+        graph = onnx.load(str(to_quantize))
+        named = _sensitivity.name_nodes(graph)
+        if named:
+            notes.append(f"{named} unnamed nodes were named <op_type>_<index> so that they can be left in float")
+        folder = workdir / "float"
+        shutil.rmtree(folder, ignore_errors=True)
+        save_onnx(graph, folder)
+        return ModelArtifact.from_folder("onnx", folder), state
+
+    def _rank(
+        self, graph: onnx.ModelProto, first: _Run, datasets: dict[str, Any], quantize: Any, workdir: Path
+    ) -> tuple[list[Any], dict[str, Any], list[str]]:
+        """The quantization points of the first model, worst first; what the details say of them; the
+        nodes that may fall back (of the quantized op types, not excluded from the start), in graph order."""
+        from passes.quantize import _sensitivity
+        from passes.quantize.calibration import model_inputs, prepare_feed
+
+        cfg = self.config
+        wanted = set(first.result.details["op_types_to_quantize"])
+        if cfg.mode == "dynamic" and "MatMul" in wanted:
+            wanted.add("Gemm")  # quantize_dynamic rewrites Gemm to MatMul; ort_quantize excludes it by its Gemm name
+        allowed = set(cfg.nodes_to_quantize or [n.name for n in graph.graph.node])
+        candidates = [n.name for n in graph.graph.node if n.op_type in wanted and n.name in allowed and n.name not in first.excluded]
+        quantized_file = first.result.model.model_file
+        batches = None
+        if cfg.sensitivity == "activation_error":
+            assert cfg.calibration is not None  # the config's validator sees to it
+            dataset = datasets[cfg.calibration]()
+            batches = prepare_feed(dataset, cfg.calibration, model_inputs(graph), min(cfg.sensitivity_samples, len(dataset)), 1).batches
+            if cfg.quant_format != "QDQ":
+                # a QOperator model has no Q/DQ pairs to compare: measure its QDQ twin (same ranges, same nodes)
+                quantized_file = quantize(first.excluded, workdir / "sensitivity_qdq", quant_format="QDQ").model.model_file
+        float_file = workdir / "float" / "model.onnx"
+        with capture_library_logs():
+            ranked, seconds = _sensitivity.measure(float_file, quantized_file, batches, set(candidates), workdir)
+        return ranked, _sensitivity.describe(ranked, seconds, len(batches or [])), candidates
+
+    def _measure(self, ctx: PassContext, model: ModelArtifact) -> float:
+        cfg = self.config
+        assert ctx.measure is not None
+        values = ctx.measure(cfg.validation, model).values
+        if cfg.metric not in values:
+            raise KilnError(
+                f"evaluation '{cfg.validation}' gives no value '{cfg.metric}' (config.metric); it gives: {', '.join(sorted(values)) or 'none'}"
+            )
+        return float(values[cfg.metric])
+
+    def _meets(self, value: float) -> bool:
+        cfg = self.config
+        if math.isnan(value):
+            return False
+        return (cfg.min is None or value >= cfg.min) and (cfg.max is None or value <= cfg.max)
+
+    def _shortfall(self, value: float) -> float:
+        cfg = self.config
+        if math.isnan(value):
+            return math.inf
+        return max(0.0, (cfg.min - value) if cfg.min is not None else 0.0) + max(0.0, (value - cfg.max) if cfg.max is not None else 0.0)
+
+    def _bar(self) -> str:
+        cfg = self.config
+        return " and ".join(
+            part for part in (f"min {cfg.min:g}" if cfg.min is not None else "", f"max {cfg.max:g}" if cfg.max is not None else "") if part
+        )
+
+
+_QUANTIZATION_FACTS = ("quantized_ops", "unquantized_nodes", "op_types_to_quantize", "nodes_after", "size_bytes_after", "calibration")
+
+
+@dataclass
+class _Run:
+    """One iteration: the quantized model, its measured metric, the nodes it left in float."""
+
+    result: PassResult
+    value: float
+    excluded: list[str]
+    new: list[str]
+    op_type: str | None
+    seconds: dict[str, float]
+
+    def summary(self, iteration: int, met: bool) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "iteration": iteration,
+            "excluded": len(self.excluded),
+            "newly_excluded_count": len(self.new),
+            "newly_excluded": self.new[:_NAMES_SHOWN],
+            "metric": self.value,
+            "met": met,
+            "seconds": self.seconds,
+        }
+        if self.op_type is not None and iteration > 0:
+            entry["op_type"] = self.op_type
+        return entry
+
+
+def _next_op_type(
+    order: list[tuple[str, float]], fallen: list[str | None], candidates: list[str], excluded: list[str], op_of: dict[str, str]
+) -> tuple[list[str], str | None]:
+    """The next op type of ``order`` with a candidate node not yet excluded, and all those nodes."""
+    for op_type, _ in order:
+        if op_type in fallen:
+            continue
+        nodes = [n for n in candidates if op_of.get(n) == op_type and n not in excluded]
+        if nodes:
+            return nodes, op_type
+    return [], None
