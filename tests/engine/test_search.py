@@ -43,7 +43,13 @@ def test_a_conditional_option_appears_only_when_its_condition_holds(tmp_path, ti
     workflow = tiny_workflow(tiny_onnx)
     workflow["steps"] = [
         {"id": "a", "pass": "copy", "search": {"tag": ["plain", "fancy"]}},
-        {"id": "b", "pass": "sleep", "after": "a", "config": {"seconds": 0}, "search": {"seconds": {"values": [0, 1], "when": {"seconds": 0}}}},
+        {
+            "id": "b",
+            "pass": "sleep",
+            "after": "a",
+            "config": {"seconds": 0},
+            "search": {"seconds": {"values": [0, 1], "when": {"seconds": 0}}},
+        },
     ]
     plan = build_plan(load_workflow(write_workflow(tmp_path, workflow)))
     assert plan.spaces["cpu"].size() == 4
@@ -107,7 +113,9 @@ def test_a_failed_job_prunes_the_candidates_that_share_it(tmp_path, tiny_onnx, t
 def test_pareto_front_is_marked_and_kept(tmp_path, tiny_onnx):
     workflow = tiny_workflow(tiny_onnx, output={"keep": "pareto", "dir": str(tmp_path / "out")})
     path = write_workflow(tmp_path, workflow)
-    done = subprocess.run([*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store")], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     records = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
     front = [r for r in records if r["pareto"]]
@@ -136,7 +144,12 @@ def test_a_killed_tpe_search_resumes_and_chooses_as_an_uninterrupted_one(tmp_pat
     workflow["evaluate"] = [workflow["evaluate"][0]]
     path = write_workflow(tmp_path / "killed", workflow)
     store = tmp_path / "killed" / "store"
-    process = subprocess.Popen([*engine_cmd(), "run", str(path), "--store", str(store), "-o", str(tmp_path / "killed" / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [*engine_cmd(), "run", str(path), "--store", str(store), "-o", str(tmp_path / "killed" / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(list((store / "keys").glob("*.json")) if (store / "keys").is_dir() else []) < 6:
         time.sleep(0.05)
@@ -145,5 +158,7 @@ def test_a_killed_tpe_search_resumes_and_chooses_as_an_uninterrupted_one(tmp_pat
     resumed = run_workflow(load_workflow(path), Store(store))
     uninterrupted = run_workflow(load_workflow(write_workflow(tmp_path / "whole", workflow)), Store(tmp_path / "whole" / "store"))
     assert len(resumed.results) == len(uninterrupted.results) == 7
-    assert sorted(json.dumps(r.candidate.params, sort_keys=True) for r in resumed.results) == sorted(json.dumps(r.candidate.params, sort_keys=True) for r in uninterrupted.results)
+    assert sorted(json.dumps(r.candidate.params, sort_keys=True) for r in resumed.results) == sorted(
+        json.dumps(r.candidate.params, sort_keys=True) for r in uninterrupted.results
+    )
     assert [r.label for r in resumed.results if r.chosen] == [r.label for r in uninterrupted.results if r.chosen]
