@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from engine.core.errors import EvaluationError, KilnError, MissingDependency, TargetUnavailable
+from engine.core.evaluator import EvaluatorConfig
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,3 +86,46 @@ def select_feeds(specs: list[TensorSpec], batch: dict[str, np.ndarray], dataset_
 def _same_family(have: np.dtype, want: np.dtype) -> bool:
     integers = "iub"
     return (have.kind in integers and want.kind in integers) or (have.kind == "f" and want.kind == "f")
+
+
+class FeedConfig(EvaluatorConfig):
+    """Options of evaluators that feed a model one batch over and over (latency, memory)."""
+
+    batch_size: int = Field(default=1, ge=1, description="Samples per inference.")
+    sequence_length: int = Field(
+        default=128,
+        ge=1,
+        description="Length of unnamed symbolic axes after the first (synthetic feeds only; a dataset brings its own).",
+    )
+    dims: dict[str, int] = Field(default_factory=dict, description="Lengths for named symbolic axes of the inputs (synthetic feeds only).")
+    data: str | None = Field(
+        default=None,
+        description="A dataset whose first batch_size samples are the feeds. Omit for random feeds made from the model's inputs.",
+    )
+    seed: int = Field(default=0, description="Seed of the random feeds.")
+    int_high: int = Field(
+        default=1000,
+        ge=1,
+        description="Random integer inputs (token ids) are drawn from [0, int_high): keep it at most the model's vocabulary size.",
+    )
+
+
+def dataset_batch(ctx: EvalContext, cfg: FeedConfig) -> dict[str, np.ndarray] | None:
+    """The first ``batch_size`` samples of the configured dataset (copies, so the rest can be
+    freed), or None for synthetic feeds."""
+    if cfg.data is None:
+        return None
+    data = dataset(ctx, cfg.data)
+    if len(data) < cfg.batch_size:
+        raise EvaluationError(f"dataset '{cfg.data}' has {len(data)} samples, fewer than batch_size={cfg.batch_size}")
+    return {name: array.copy() for name, array in next(data.batches(cfg.batch_size, limit=cfg.batch_size)).items()}
+
+
+def feeds_for(session: Session, cfg: FeedConfig, batch: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The session's feeds: from ``batch`` when there is one, else synthetic from its inputs."""
+    from engine.core.data import synthetic_feeds  # brings numpy in
+
+    if batch is None:
+        return synthetic_feeds(session.inputs, cfg.batch_size, cfg.sequence_length, seed=cfg.seed, dims=cfg.dims, int_high=cfg.int_high)
+    assert cfg.data is not None
+    return select_feeds(session.inputs, batch, cfg.data)

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from engine.core.errors import EvaluationError
-from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
-from evaluators._sessions import dataset, open_session, run_session, select_feeds
+from engine.core.evaluator import EvalContext, Evaluator, MetricResult
+from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,45 +32,17 @@ class Latency(Evaluator):
     metrics = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "std_ms", "min_ms", "max_ms", "throughput_per_s", "load_ms")
     dataset_options = ("data",)
 
-    class Config(EvaluatorConfig):
-        batch_size: int = Field(default=1, ge=1, description="Samples per inference.")
-        sequence_length: int = Field(
-            default=128,
-            ge=1,
-            description="Length of unnamed symbolic axes after the first (synthetic feeds only; a dataset brings its own).",
-        )
-        dims: dict[str, int] = Field(
-            default_factory=dict, description="Lengths for named symbolic axes of the inputs (synthetic feeds only)."
-        )
-        data: str | None = Field(
-            default=None,
-            description="A dataset whose first batch_size samples are the feeds. Omit for random feeds made from the model's inputs.",
-        )
+    class Config(FeedConfig):
         warmup: int = Field(default=10, ge=0, description="Untimed runs before measuring (caches, allocator, lazy kernel choices).")
         runs: int = Field(default=100, ge=1, description="Timed runs (at least).")
         min_time_s: float = Field(
             default=0.0, ge=0.0, description="Keep timing beyond `runs` until this many seconds of runs have passed (0: just `runs`)."
         )
-        seed: int = Field(default=0, description="Seed of the random feeds.")
-        int_high: int = Field(
-            default=1000,
-            ge=1,
-            description="Random integer inputs (token ids) are drawn from [0, int_high): keep it at most the model's vocabulary size.",
-        )
 
     config: Config
 
     def _feeds(self, session: Session, ctx: EvalContext) -> dict[str, np.ndarray]:
-        from engine.core.data import synthetic_feeds  # brings numpy in
-
-        cfg = self.config
-        if cfg.data is None:
-            return synthetic_feeds(session.inputs, cfg.batch_size, cfg.sequence_length, seed=cfg.seed, dims=cfg.dims, int_high=cfg.int_high)
-        data = dataset(ctx, cfg.data)
-        if len(data) < cfg.batch_size:
-            raise EvaluationError(f"dataset '{cfg.data}' has {len(data)} samples, fewer than batch_size={cfg.batch_size}")
-        batch = next(data.batches(cfg.batch_size, limit=cfg.batch_size))
-        return select_feeds(session.inputs, batch, cfg.data)
+        return feeds_for(session, self.config, dataset_batch(ctx, self.config))
 
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
         import numpy as np

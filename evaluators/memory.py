@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from engine.core.errors import EvaluationError, MissingDependency
-from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
-from evaluators._sessions import dataset, open_session, run_session, select_feeds
+from engine.core.errors import MissingDependency
+from engine.core.evaluator import EvalContext, Evaluator, MetricResult
+from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from engine.core.artifact import ModelArtifact
-    from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
 
@@ -114,51 +111,17 @@ class Memory(Evaluator):
     dataset_options = ("data",)
     libraries = ("psutil",)
 
-    class Config(EvaluatorConfig):
+    class Config(FeedConfig):
         runs: int = Field(default=10, ge=1, description="Inferences run after the load (the run peak is the highest over them).")
-        batch_size: int = Field(default=1, ge=1, description="Samples per inference.")
-        sequence_length: int = Field(
-            default=128,
-            ge=1,
-            description="Length of unnamed symbolic axes after the first (synthetic feeds only; a dataset brings its own).",
-        )
-        dims: dict[str, int] = Field(
-            default_factory=dict, description="Lengths for named symbolic axes of the inputs (synthetic feeds only)."
-        )
-        data: str | None = Field(
-            default=None,
-            description="A dataset whose first batch_size samples are the feeds. Omit for random feeds made from the model's inputs.",
-        )
-        seed: int = Field(default=0, description="Seed of the random feeds.")
-        int_high: int = Field(default=1000, ge=1, description="Random integer inputs (token ids) are drawn from [0, int_high).")
         sample_interval_ms: float = Field(
             default=2.0, gt=0.0, le=1000.0, description="How often the RSS is sampled while loading and running."
         )
 
     config: Config
 
-    def _dataset_batch(self, ctx: EvalContext) -> dict[str, np.ndarray] | None:
-        cfg = self.config
-        if cfg.data is None:
-            return None
-        data = dataset(ctx, cfg.data)
-        if len(data) < cfg.batch_size:
-            raise EvaluationError(f"dataset '{cfg.data}' has {len(data)} samples, fewer than batch_size={cfg.batch_size}")
-        # copies: the rest of the dataset can be freed before the baseline is read
-        return {name: array.copy() for name, array in next(data.batches(cfg.batch_size, limit=cfg.batch_size)).items()}
-
-    def _feeds(self, session: Session, batch: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        from engine.core.data import synthetic_feeds  # brings numpy in
-
-        cfg = self.config
-        if batch is None:
-            return synthetic_feeds(session.inputs, cfg.batch_size, cfg.sequence_length, seed=cfg.seed, dims=cfg.dims, int_high=cfg.int_high)
-        assert cfg.data is not None
-        return select_feeds(session.inputs, batch, cfg.data)
-
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
         cfg = self.config
-        batch = self._dataset_batch(ctx)
+        batch = dataset_batch(ctx, cfg)
         gc.collect()
         with RssSampler(cfg.sample_interval_ms / 1000) as sampler:
             before = sampler.reset()
@@ -168,7 +131,7 @@ class Memory(Evaluator):
                 load_sampled = sampler.peak()
                 maxrss_loaded = max_rss_bytes()
                 after_load = sampler.reset()
-                feeds = self._feeds(session, batch)
+                feeds = feeds_for(session, cfg, batch)
                 for _ in range(cfg.runs):
                     run_session(session, feeds)
                 run_sampled = sampler.peak()

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def _check_range(low: float, high: float, log: bool) -> None:
+    if low > high:
+        raise ValueError(f"low {low} is above high {high}")
+    if log and low <= 0:
+        raise ValueError("a log-scale range needs low > 0")
+
+
 class Distribution:
     kind: str
 
@@ -49,10 +56,7 @@ class IntRange(Distribution):
     kind = "int"
 
     def __post_init__(self) -> None:
-        if self.low > self.high:
-            raise ValueError(f"low {self.low} is above high {self.high}")
-        if self.log and self.low <= 0:
-            raise ValueError("a log-scale range needs low > 0")
+        _check_range(self.low, self.high, self.log)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "low": self.low, "high": self.high, "step": self.step, "log": self.log}
@@ -73,10 +77,7 @@ class FloatRange(Distribution):
     kind = "float"
 
     def __post_init__(self) -> None:
-        if self.low > self.high:
-            raise ValueError(f"low {self.low} is above high {self.high}")
-        if self.log and self.low <= 0:
-            raise ValueError("a log-scale range needs low > 0")
+        _check_range(self.low, self.high, self.log)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "low": self.low, "high": self.high, "log": self.log, "grid_points": self.grid_points}
