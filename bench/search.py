@@ -39,13 +39,23 @@ def with_search(workflow: Path, folder: Path, **search: object) -> Path:
     return out
 
 
-def cold_cost(report: RunReport, store: Store) -> dict[str, float]:
-    """Per candidate: the seconds its own jobs and evaluations took when first measured."""
-    costs = {}
+def job_costs(report: RunReport, store: Store) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Per candidate (by params), the keys of its jobs and evaluations; per key, the seconds it
+    took when first measured. A prefix of candidates costs the union of its keys, each once."""
+    keys: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
     for result in report.results:
-        keys = [report.jobs[j].key for j in result.candidate.jobs if report.jobs[j].key] + list(result.eval_keys.values())
-        costs[result.candidate.id] = sum(float((store.lookup(k) or {}).get("duration_s") or 0.0) for k in keys)
-    return costs
+        own = [report.jobs[j].key for j in result.candidate.jobs if report.jobs[j].key] + list(result.eval_keys.values())
+        keys[repr(result.candidate.params)] = [k for k in own if k]
+        for key in own:
+            if key:
+                seconds[key] = float((store.lookup(key) or {}).get("duration_s") or 0.0)
+    return keys, seconds
+
+
+def prefix_cost(order: list[str], keys: dict[str, list[str]], seconds: dict[str, float]) -> float:
+    seen = {k for params in order for k in keys.get(params, [])}
+    return sum(seconds.get(k, 0.0) for k in seen)
 
 
 def main() -> None:
@@ -66,27 +76,26 @@ def main() -> None:
             grid_wall = time.perf_counter() - started
             best = next(r for r in grid.results if r.chosen)
             objective = grid.resolved.spec.select.objective.metric
-            costs = cold_cost(grid, store)
-            per_candidate = {r.candidate.params.__repr__(): costs[r.candidate.id] for r in grid.results}
+            keys, seconds_of = job_costs(grid, store)
+            grid_order = [repr(r.candidate.params) for r in grid.results]
             print(
                 f"space: {len(grid.results)} points · grid wall {grid_wall:.0f} s cold · {grid.stats.passes_run} passes, {grid.stats.evals_run} evaluations"
             )
             print(f"grid's best: {best.label} · {objective} = {best.metrics[objective]:.2f}")
-            print(
-                f"grid: reached it after {grid.results.index(best) + 1} candidates, {sum(costs[r.candidate.id] for r in grid.results[: grid.results.index(best) + 1]):.0f} s of work"
-            )
+            at = grid.results.index(best) + 1
+            print(f"grid: reached it after {at} candidates, {prefix_cost(grid_order[:at], keys, seconds_of):.0f} s of work")
             for sampler in ("random", "tpe"):
                 needed, seconds, found = [], [], 0
                 for seed in args.seeds:
                     path = with_search(workflow, local, sampler=sampler, max_candidates=args.budget, seed=seed)
                     report = run_workflow(load_workflow(path), store)
-                    order = [r.candidate.params.__repr__() for r in report.results]
-                    target = best.candidate.params.__repr__()
+                    order = [repr(r.candidate.params) for r in report.results]
+                    target = repr(best.candidate.params)
                     if target in order:
                         found += 1
                         index = order.index(target) + 1
                         needed.append(index)
-                        seconds.append(sum(per_candidate.get(p, 0.0) for p in order[:index]))
+                        seconds.append(prefix_cost(order[:index], keys, seconds_of))
                 reached = (
                     f"median {statistics.median(needed):.0f} candidates ({', '.join(map(str, needed))}), {statistics.median(seconds):.0f} s of work"
                     if needed

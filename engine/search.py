@@ -227,7 +227,9 @@ class TargetSearch:
             if candidate is not None:
                 sampler.tell(token, self.process_all([candidate])[0], self.runner)
         repeats = 0
-        while self.budget_left() and repeats < MAX_REPEATS:
+        # a grid is finite and visits each point once; only a sampler can keep re-proposing
+        limit = float("inf") if isinstance(sampler, GridSampler) else MAX_REPEATS
+        while self.budget_left() and repeats < limit:
             wave: list[tuple[Any, Candidate]] = []
             while len(wave) < self.runner.gate.workers and len(self.seen) + len(wave) < (self.spec.max_candidates or 1 << 30):
                 asked = sampler.ask()
@@ -245,7 +247,7 @@ class TargetSearch:
                     known = self.runner.results.get(candidate.id)
                     if known is not None:
                         sampler.tell(token, known, self.runner)  # a repeated point is answered from what was measured
-                        if repeats >= MAX_REPEATS:
+                        if repeats >= limit:
                             break
                         continue
                 else:

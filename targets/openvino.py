@@ -8,6 +8,7 @@ so the precision a model runs at is decided here, in this order:
    ``rt_info`` at ``runtime_options/INFERENCE_PRECISION_HINT``. OpenVINO 2026.4's
    ``compile_model`` does not apply that entry itself (it does for a few other runtime options),
    so this target reads it and passes it to ``compile_model``;
+   A model that carries ``device`` asks for the device's default precision: no hint is passed;
 3. the target's ``reference_precision_hint`` (default ``f32``) for models that carry no hint of
    their own (ONNX files, IR without one): the unoptimized FP32 reference really runs in FP32;
 4. the device default (bf16 on this CPU), when all of the above are unset.
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 PrecisionHint = Literal["f32", "bf16", "f16"]
 PRECISION_HINTS: tuple[str, ...] = ("f32", "bf16", "f16")
+#: what a model carries to ask for the device's own default precision (no hint passed)
+DEVICE_DEFAULT = "device"
 #: where a model carries its precision hint in the IR's rt_info
 HINT_RT_INFO: list[str] = ["runtime_options", "INFERENCE_PRECISION_HINT"]
 DEVICES = ("CPU", "GPU", "NPU", "AUTO")
@@ -137,8 +140,8 @@ def model_precision_hint(model: Any) -> str | None:
 def set_model_precision_hint(model: Any, hint: str | None) -> None:
     """Write ``hint`` into the model's rt_info (None removes it), so the IR file carries it."""
     if hint is not None:
-        if hint not in PRECISION_HINTS:
-            raise ValueError(f"unknown precision hint {hint!r}; allowed: {', '.join(PRECISION_HINTS)}")
+        if hint not in (*PRECISION_HINTS, DEVICE_DEFAULT):
+            raise ValueError(f"unknown precision hint {hint!r}; allowed: {', '.join(PRECISION_HINTS)}, {DEVICE_DEFAULT}")
         model.set_rt_info(hint, HINT_RT_INFO)
         return
     if model.has_rt_info(HINT_RT_INFO):
@@ -258,6 +261,8 @@ class OpenVinoTarget(Target):
         """(hint to pass to compile_model, where it comes from) for a model carrying ``model_hint``."""
         if self.config.inference_precision_hint is not None:
             return self.config.inference_precision_hint, "target"
+        if model_hint == DEVICE_DEFAULT:
+            return None, "model: device default"
         if model_hint is not None:
             return model_hint, "model"
         if self.config.reference_precision_hint is not None:

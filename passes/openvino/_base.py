@@ -16,14 +16,15 @@ from engine.core import Pass, PassConfig, PassContext, PassResult, StrictConfig
 if TYPE_CHECKING:
     import openvino as ov
 
-PrecisionHint = Literal["f32", "bf16", "f16"]
+PrecisionHint = Literal["f32", "bf16", "f16", "device"]
 MODEL_FILE = "model.xml"
 WEIGHTS_FILE = "model.bin"
 
 PRECISION_HINT_DESCRIPTION = (
     "INFERENCE_PRECISION_HINT written into the IR (rt_info runtime_options), applied by the openvino target unless the target pins "
-    "its own: f32, bf16 (the CPU default where the CPU supports it) or f16. null writes none: the target then runs the model at its "
-    "reference_precision_hint (f32 by default). Two values give two different artifacts, so they can be compared as candidates."
+    "its own: f32, bf16 (the CPU default where the CPU supports it), f16, or device (no hint: the device's default precision). "
+    "null writes none: the target then runs the model at its reference_precision_hint (f32 by default). Two values give two "
+    "different artifacts, so they can be compared as candidates."
 )
 
 

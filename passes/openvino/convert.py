@@ -40,7 +40,7 @@ class OpenVinoConvert(OpenVinoPass):
     accepts = ("onnx", "openvino", "torch", "hf")
     produces = "openvino"
     libraries = ("openvino", "torch", "transformers")
-    search_space = {"inference_precision_hint": Categorical(("f32", "bf16"))}
+    search_space = {"inference_precision_hint": Categorical(("f32", "device"))}
 
     class Config(PassConfig):
         inference_precision_hint: PrecisionHint | None = Field(default=None, description=PRECISION_HINT_DESCRIPTION)

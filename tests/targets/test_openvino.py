@@ -185,6 +185,15 @@ def test_model_carried_hint_is_applied(mlp: ModelArtifact, tmp_path: Path) -> No
         assert details["inference_precision_hint"] == "bf16"
 
 
+def test_a_model_asking_for_the_device_default_gets_no_hint(mlp: ModelArtifact, tmp_path: Path) -> None:
+    model = ir_with_hint(mlp, tmp_path / "device", "device")
+    details = make_target().open_session(model).details  # reference_precision_hint f32 must not apply
+    assert details["model_precision_hint"] == "device"
+    assert details["precision_hint_source"] == "model: device default"
+    assert details["precision_hint_requested"] is None
+    assert details["inference_precision_hint"] == CPU_DEFAULT
+
+
 def test_target_hint_overrides_the_model_hint(mlp: ModelArtifact, tmp_path: Path) -> None:
     model = ir_with_hint(mlp, tmp_path / "bf16", "bf16")
     details = make_target(inference_precision_hint="f32").open_session(model).details
