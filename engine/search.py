@@ -7,7 +7,7 @@ spent — ``search.max_candidates``, ``search.max_time_s``, or a ``stop_when`` g
 Samplers speak ask/tell. ``grid`` walks the space in order and needs no state. ``random`` and
 ``tpe`` are optuna's, used only to propose points: the engine processes them. Their state lives
 in an optuna study in the run database (sqlite in the store, or ``search.storage``), so a run
-that was killed continues the same study. Each ask is seeded by ``seed + trial number``, so a
+that was killed continues the same study. Each ask is seeded by a hash of (seed, trial number), so a
 resumed search proposes what the uninterrupted one would have, given the same history.
 """
 
@@ -76,7 +76,9 @@ class OptunaSampler:
         )
 
     def _sampler(self, number: int) -> Any:
-        seed = self.seed + number
+        # one seed per (search seed, trial number), hashed: seed + number would make seed 1's
+        # sequence seed 0's shifted by one trial
+        seed = int(sha256_json({"seed": self.seed, "trial": number})[:8], 16)
         if self.kind == "random":
             return self.optuna.samplers.RandomSampler(seed=seed)
         # constraints reach TPE through each trial's set_constraint (optuna >= 5)
