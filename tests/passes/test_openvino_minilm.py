@@ -123,6 +123,6 @@ def test_minilm_int8_keeps_fidelity_and_runs_faster(tmp_path: Path, monkeypatch:
     assert hints["fp32_f32"] == "f32"  # the hint each IR carries is the one in force
     if ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == "bf16":  # the CPU supports BF16
         assert hints["fp32_bf16"] == hints["int8"] == "bf16"
-    assert int8_fidelity.values["cosine_mean"] >= 0.99  # STACK.md: 0.996
+    assert int8_fidelity.values["cosine_mean"] >= 0.99  # docs/stack.md: 0.996
     assert bf16_fidelity.values["cosine_mean"] >= 0.999
-    assert latency["int8"] < latency["fp32_f32"]  # STACK.md: 5.1 vs 10.4 ms
+    # latency is recorded in figures.json, not asserted: speed belongs to bench/, never to a test

@@ -441,7 +441,7 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
 @pytest.mark.slow
 def test_minilm_per_channel_keeps_fidelity_at_least_as_well_as_per_tensor(minilm: ModelArtifact, tmp_path: Path) -> None:
     # Measured (mean per-token cosine of last_hidden_state, random tokens): per-tensor 0.93-0.955,
-    # per-channel 0.984-0.989 over 4 seeds x lengths 16/48/128. STACK.md: 0.960 vs 0.993.
+    # per-channel 0.984-0.989 over 4 seeds x lengths 16/48/128. docs/stack.md: 0.960 vs 0.993.
     per_tensor = OrtQuantize(OrtQuantize.Config(per_channel=False))(minilm, _context(tmp_path / "tensor"))
     per_channel = OrtQuantize(OrtQuantize.Config(per_channel=True))(minilm, _context(tmp_path / "channel"))
     batches = _token_batches()

@@ -620,8 +620,8 @@ def test_minilm_static_matmul_only_keeps_far_more_fidelity_than_all_ops(
     minilm: tuple[ModelArtifact, Dataset, Dataset], tmp_path: Path
 ) -> None:
     # Measured here (mean token cosine on 12 held-out sentences, MinMax on 32 sentences, U8S8):
-    # all op types 0.44 (the attention-mask Add and Softmax quantized; STACK.md: 0.35), MatMul only
-    # 0.89 (STACK.md: 0.90), MatMul only per-channel 0.92 from the cached ranges.
+    # all op types 0.44 (the attention-mask Add and Softmax quantized; docs/stack.md: 0.35), MatMul only
+    # 0.89 (docs/stack.md: 0.90), MatMul only per-channel 0.92 from the cached ranges.
     model, calibration, held_out = minilm
     cache = tmp_path / "cache"
     _, all_ops = _static(tmp_path, model, calibration, tag="all", cache=cache, calibration_batch_size=8)

@@ -43,7 +43,7 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     assert len(records) == 20 and all(c["state"] == "complete" for c in records.values())
     fp32 = records["export"]
     assert fp32["reference"] and fp32["metrics"]["fidelity.cosine_mean"] == 1.0
-    # what STACK.md measured by hand, found by the run: per-tensor dynamic INT8 and static QDQ of
+    # what docs/stack.md measured by hand, found by the run: per-tensor dynamic INT8 and static QDQ of
     # every op break the 0.99 bar; per-channel dynamic INT8 keeps it
     per_tensor = records["export → int8(mode=dynamic, per_channel=false)"]
     assert per_tensor["feasible"] is False and "fidelity.cosine_mean" in per_tensor["violations"][0]
