@@ -27,6 +27,7 @@ from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.core.errors import KilnError
 from passes.common.onnx_io import clamp_ir_version, default_opset, ort_limits, save_onnx
 
 if TYPE_CHECKING:
@@ -94,14 +95,14 @@ def quiet_library() -> Iterator[list[str]]:
 
 def runtime_loadable(model_file: Path, workdir: Path) -> Path:
     """``model_file``, or a copy in ``workdir/input`` with the IR version lowered to what the
-    installed onnxruntime loads. Raises ValueError when the opset is above what it runs."""
+    installed onnxruntime loads. Raises KilnError when the opset is above what it runs."""
     import onnx
 
     header = onnx.load(str(model_file), load_external_data=False)
     max_ir, max_opset = ort_limits()
     opset = default_opset(header)
     if opset > max_opset:
-        raise ValueError(
+        raise KilnError(
             f"the input model uses opset {opset}; the installed onnxruntime runs at most opset {max_opset}. Fix: export with opset <= {max_opset}"
         )
     if header.ir_version <= max_ir:

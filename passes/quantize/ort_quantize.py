@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, JsonValue, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
-from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, clamp_ir_version, default_opset, ort_limits, save_onnx
+from passes.common.graph_tools import runtime_loadable
+from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.quantize.library_logs import LibraryMessage, capture_library_logs, distinct
 from passes.quantize.onnx_facts import (
     file_bytes,
@@ -310,7 +311,7 @@ class OrtQuantize(OnnxPass):
         else:
             supported = default_op_types = sorted(registry.IntegerOpsRegistry)
         _check_op_types(cfg, supported)
-        source = runtime_loadable_copy(model.model_file, workdir)
+        source = runtime_loadable(model.model_file, workdir)
         graph = onnx.load(str(source), load_external_data=False)
         op_types = (
             sorted(set(cfg.op_types_to_quantize))
@@ -533,24 +534,6 @@ def _quantize_static(
         extra_options=options,
         calibration_cache_path=str(ranges_file),
     )
-
-
-def runtime_loadable_copy(model_file: Path, workdir: Path) -> Path:
-    """``model_file``, or a copy in ``workdir`` with the IR version lowered to what onnxruntime
-    loads (``quant_pre_process`` opens the model in an onnxruntime session)."""
-    import onnx
-
-    header = onnx.load(str(model_file), load_external_data=False)
-    max_ir, max_opset = ort_limits()
-    opset = default_opset(header)
-    if opset > max_opset:
-        raise KilnError(
-            f"the input model uses opset {opset}; the installed onnxruntime runs at most opset {max_opset}. Fix: export with opset <= {max_opset}"
-        )
-    if header.ir_version <= max_ir:
-        return model_file
-    full = clamp_ir_version(onnx.load(str(model_file)))
-    return save_onnx(full, workdir / "input")
 
 
 def _check_op_types(cfg: OrtQuantizeConfig, supported: list[str] | None) -> None:

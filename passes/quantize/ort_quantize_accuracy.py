@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassContext, PassResult
+from passes.common.graph_tools import runtime_loadable
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.quantize.library_logs import capture_library_logs
 from passes.quantize.onnx_facts import file_bytes, iter_nodes
-from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization, runtime_loadable_copy
+from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization
 
 if TYPE_CHECKING:
     import onnx
@@ -265,7 +266,7 @@ class OrtQuantizeAccuracy(OnnxPass):
         from passes.quantize import _sensitivity
 
         cfg = self.config
-        source = runtime_loadable_copy(model.model_file, workdir)
+        source = runtime_loadable(model.model_file, workdir)
         keep_names = bool(cfg.nodes_to_quantize or cfg.nodes_to_exclude)
         with capture_library_logs() as messages:
             to_quantize, state = preprocess_for_quantization(
