@@ -18,6 +18,7 @@ from engine import __version__, keys
 from engine.core.config import library_versions
 from engine.core.hashing import sha256_file
 from engine.results import CandidateResult, RunReport
+from engine.select import intervals_json, under_load
 from engine.store import write_json_atomic
 
 
@@ -67,9 +68,14 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
         "feasible": result.feasible,
         "violations": result.violations,
         "chosen": result.chosen,
+        "verdict": result.verdict,
+        "tied_with": result.tied_with,
         "pareto": result.pareto,
         "model_digest": result.model.digest if result.model else None,
         "metrics": result.metrics,
+        "intervals": intervals_json(result),
+        "confidence": report.resolved.spec.select.confidence,
+        "measured_under_load": under_load(result),
         "evaluations": {eid: {"key": key, "details": result.details.get(eid)} for eid, key in result.eval_keys.items()},
         "steps": steps,
     }

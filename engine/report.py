@@ -18,6 +18,7 @@ from engine.core.errors import KilnError
 from engine.keys import explain
 from engine.results import CandidateResult, RunReport
 from engine.runner import Runner
+from engine.select import ranking_metric, under_load
 
 # A pipe or a CI log has no width: give tables room instead of folding every cell.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
@@ -93,6 +94,30 @@ def _state(result: CandidateResult) -> str:
     return "ok"
 
 
+def _with_interval(result: CandidateResult, metric: str) -> str:
+    text = _num(result.metrics.get(metric))
+    interval = result.intervals.get(metric)
+    if interval is not None and interval.low != interval.high:
+        text += f" [dim][{_num(interval.low)}, {_num(interval.high)}][/dim]"
+    return text
+
+
+def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objective: str, goal: str, paired: str | None) -> str:
+    """The candidate against its target's reference: the paired speedup with its interval where
+    one was measured, else the ratio of the two objective values."""
+    if paired and paired in result.metrics:
+        text = f"{result.metrics[paired]:.2f}x"
+        interval = result.intervals.get(paired)
+        if interval is not None and interval.low != interval.high:
+            text += f" [dim][{interval.low:.2f}, {interval.high:.2f}][/dim]"
+        return text
+    value = result.metrics.get(objective)
+    ref_value = ref.metrics.get(objective) if ref else None
+    if value and ref_value:
+        return f"{(ref_value / value if goal == 'min' else value / ref_value):.2f}x"
+    return "—"
+
+
 def print_summary(report: RunReport) -> None:
     spec = report.resolved.spec.select
     objective = spec.objective.metric
@@ -100,29 +125,33 @@ def print_summary(report: RunReport) -> None:
     table = Table(title=f"{report.resolved.name}: candidates", title_justify="left")
     for name in ("target", "#", "path", "state", *columns):
         table.add_column(name, justify="right" if name in columns else "left", overflow="fold")
-    table.add_column(f"vs ref ({objective})", justify="right")
+    table.add_column("vs reference", justify="right")
     table.add_column("why", overflow="fold")
     for target in report.resolved.targets:
         rows = [r for r in report.results if r.candidate.target == target]
         ref = next((r for r in rows if r.candidate.reference), None)
-        ref_value = ref.metrics.get(objective) if ref else None
+        complete = [r for r in rows if r.state == "complete"]
+        rank, _ = ranking_metric(report.resolved, complete)
+        paired = rank if rank != objective else None
         for result in rows:
-            value = result.metrics.get(objective)
-            ratio = "—"
-            if value and ref_value:
-                ratio = f"{(ref_value / value if spec.objective.goal == 'min' else value / ref_value):.2f}x"
-            why = "; ".join(result.violations) if result.violations else _first_line(result.reason)
+            why = "; ".join(result.violations) if result.violations else (result.verdict or _first_line(result.reason))
             label = result.label + (" [dim](reference)[/dim]" if result.candidate.reference else "")
             table.add_row(
                 target,
                 result.candidate.id.split("/")[-1],
                 label,
                 _state(result),
-                *(_num(result.metrics.get(c)) for c in columns),
-                ratio,
+                *(_with_interval(result, c) for c in columns),
+                _vs_reference(result, ref, objective, spec.objective.goal, paired),
                 why,
             )
     console.print(table)
+    if spec.confidence is not None:
+        console.print(
+            f"[dim]intervals: {spec.confidence:.0%} bootstrap; constraints judged on the pessimistic bound, "
+            "overlapping objective intervals are ties[/dim]"
+        )
+    _print_load(report)
     for target, why in report.plan.skipped_targets.items():
         console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
     for note in report.plan.dropped:
@@ -144,10 +173,27 @@ def print_summary(report: RunReport) -> None:
         if target in chosen:
             where = report.output_dir / target / "model" if report.output_dir else "(not written)"
             console.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
+            if chosen[target].verdict:
+                console.print(f"  [dim]why: {chosen[target].verdict}[/dim]")
         elif target not in report.plan.skipped_targets:
             console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
     if report.output_dir:
         console.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
+
+
+def _print_load(report: RunReport) -> None:
+    """Say which timings kept rounds taken while other processes kept the machine busy."""
+    loaded = [(r, eval_id, noise) for r in report.results for eval_id, noise in under_load(r).items()]
+    if not loaded:
+        return
+    console.print(f"[yellow]{len(loaded)} timing(s) were measured under load[/yellow] (other processes kept the machine busy):")
+    for result, eval_id, noise in loaded:
+        width = noise.get("interval_half_width")
+        spread = f", interval ±{width:.1%}" if isinstance(width, float) else ""
+        console.print(
+            f"  {result.candidate.id} {eval_id}: others used {noise['others_cores_mean']:.2f} cores on average "
+            f"(max {noise['others_cores_max']:.2f}), {noise['busy_rounds_kept']} busy round(s) kept{spread}"
+        )
 
 
 def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult], objective: str, goal: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.artifact import ModelArtifact
+from engine.core.stats import Interval
 from engine.planner import Candidate, Plan
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
@@ -38,6 +39,14 @@ class CandidateResult:
     chosen: bool = False
     pareto: bool = False
     untimed: bool = False  # a cheap metric already broke a constraint, so timing was skipped
+    #: per-sample figures behind metrics, by metric name: {"statistic": "mean", "values": [...]}
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: intervals of metrics at the workflow's confidence, by metric name (filled by selection)
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    #: why this candidate was chosen, or lost to the chosen one (filled by selection)
+    verdict: str | None = None
+    #: candidates whose objective could not be told apart from this one's (filled for the chosen)
+    tied_with: list[str] = field(default_factory=list)
 
 
 @dataclass

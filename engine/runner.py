@@ -355,6 +355,7 @@ class Runner:
                     self.stats.eval_seconds += float(record.get("duration_s") or 0.0)
                 self.on_event("eval_end", {"candidate": result.candidate.id, "evaluation": entry.id, "ok": True})
             result.metrics.update({f"{entry.id}.{name}": value for name, value in record["values"].items()})
+            result.samples.update({f"{entry.id}.{name}": sample for name, sample in (record.get("samples") or {}).items()})
             result.details[entry.id] = record.get("details") or {}
         result.state = "complete"
 

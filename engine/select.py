@@ -1,40 +1,117 @@
-"""Selection: constraints filter, the objective ranks, the Pareto front is marked. Per target."""
+"""Selection, per target: constraints filter, the objective ranks, ties are broken by a declared
+rule, the Pareto front is marked.
+
+A choice has to survive noise. Metrics measured on samples (fidelity per sentence, accuracy per
+image, speedup per timing round) get a bootstrap interval at the workflow's confidence, and:
+
+- a constraint is judged on the pessimistic bound (a `min` on the lower bound, a `max` on the
+  upper one, a drop from the reference on its upper bound, paired sample by sample when both
+  models were scored on the same samples), so a model that clears a bar only by the luck of a
+  small dataset is not shipped;
+- a timing objective is ranked through its paired figure (latency's ``speedup``: the reference's
+  time over the candidate's, measured round by round in one worker), so a busy minute does not
+  decide between candidates timed minutes apart;
+- candidates whose objective intervals overlap the best one's cannot be told apart: they are
+  tied, and the tie is broken by ``select.tie_break`` (default: the larger constraint margin,
+  then the smaller model, then fewer passes), which is deterministic — a re-run, a resumed run
+  and a run on a busy machine choose the same model whenever the measurements cannot separate
+  the contenders. Every complete candidate gets a verdict saying why it won or lost.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from engine.core.stats import Interval, bootstrap, paired_difference
 from engine.results import CandidateResult
 from engine.workflow.resolve import ResolvedWorkflow
-from engine.workflow.schema import Constraint
+from engine.workflow.schema import Constraint, TieBreak
+
+#: the bootstrap's seed: the same samples always give the same interval
+SEED = 0
 
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def violations(constraint: Constraint, value: float | None, reference: float | None) -> list[str]:
-    """What ``value`` breaks of ``constraint`` (empty when it holds)."""
+def _bound_text(interval: Interval | None, side: str) -> str:
+    if interval is None or interval.low == interval.high:
+        return ""
+    bound = interval.low if side == "low" else interval.high
+    return f" ({'lower' if side == 'low' else 'upper'} {interval.confidence:.0%} bound {_fmt(bound)})"
+
+
+def violations(
+    constraint: Constraint,
+    value: float | None,
+    reference: float | None,
+    interval: Interval | None = None,
+    drop: Interval | None = None,
+) -> list[str]:
+    """What ``value`` breaks of ``constraint`` (empty when it holds). With an ``interval`` the
+    pessimistic bound is judged; ``drop`` is the interval of (reference - value) when the two
+    were measured on the same samples."""
     name = constraint.metric
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return [f"{name} was not measured"]
+    low = interval.low if interval is not None else value
+    high = interval.high if interval is not None else value
     broken = []
-    if constraint.min is not None and value < constraint.min:
-        broken.append(f"{name} = {_fmt(value)} < min {_fmt(constraint.min)}")
-    if constraint.max is not None and value > constraint.max:
-        broken.append(f"{name} = {_fmt(value)} > max {_fmt(constraint.max)}")
+    if constraint.min is not None and low < constraint.min:
+        broken.append(f"{name} = {_fmt(value)}{_bound_text(interval, 'low')} < min {_fmt(constraint.min)}")
+    if constraint.max is not None and high > constraint.max:
+        broken.append(f"{name} = {_fmt(value)}{_bound_text(interval, 'high')} > max {_fmt(constraint.max)}")
     if constraint.max_drop is not None or constraint.max_drop_ratio is not None:
         if reference is None:
             broken.append(f"{name}: no reference value to measure a drop against")
         else:
-            drop = reference - value
-            if constraint.max_drop is not None and drop > constraint.max_drop:
-                broken.append(f"{name} dropped {_fmt(drop)} from the reference's {_fmt(reference)} (max drop {_fmt(constraint.max_drop)})")
-            if constraint.max_drop_ratio is not None and reference != 0 and drop / abs(reference) > constraint.max_drop_ratio:
+            point_drop = reference - value
+            worst = drop.high if drop is not None else reference - low
+            bound = f" (upper {interval.confidence:.0%} bound {_fmt(worst)})" if interval is not None and worst != point_drop else ""
+            if constraint.max_drop is not None and worst > constraint.max_drop:
                 broken.append(
-                    f"{name} dropped {drop / abs(reference):.2%} from the reference's {_fmt(reference)} (max {constraint.max_drop_ratio:.2%})"
+                    f"{name} dropped {_fmt(point_drop)}{bound} from the reference's {_fmt(reference)} (max drop {_fmt(constraint.max_drop)})"
+                )
+            if constraint.max_drop_ratio is not None and reference != 0 and worst / abs(reference) > constraint.max_drop_ratio:
+                broken.append(
+                    f"{name} dropped {point_drop / abs(reference):.2%}{bound} from the reference's {_fmt(reference)} "
+                    f"(max {constraint.max_drop_ratio:.2%})"
                 )
     return broken
+
+
+def interval_of(result: CandidateResult, metric: str, confidence: float | None) -> Interval | None:
+    """The metric's interval from its samples (cached on the result), or None without samples
+    or when the workflow judges point estimates."""
+    if confidence is None or metric not in result.metrics:
+        return None
+    known = result.intervals.get(metric)
+    if known is not None and known.confidence == confidence:
+        return known
+    sample = result.samples.get(metric)
+    if not sample or not sample.get("values"):
+        return None
+    interval = bootstrap(sample["values"], sample.get("statistic", "mean"), confidence, SEED)
+    result.intervals[metric] = interval
+    return interval
+
+
+def judge(resolved: ResolvedWorkflow, constraint: Constraint, result: CandidateResult, reference: CandidateResult | None) -> list[str]:
+    """``violations`` of one constraint, judged on the candidate's interval at the workflow's confidence."""
+    confidence = resolved.spec.select.confidence
+    metric = constraint.metric
+    ref_metrics = reference.metrics if reference is not None and reference.state == "complete" else {}
+    drop = None
+    if confidence is not None and reference is not None and reference is not result:
+        mine, theirs = result.samples.get(metric), reference.samples.get(metric)
+        if mine and theirs and mine.get("statistic") == theirs.get("statistic") == "mean" and len(mine["values"]) == len(theirs["values"]):
+            drop = paired_difference(theirs["values"], mine["values"], confidence, SEED)
+    return violations(constraint, result.metrics.get(metric), ref_metrics.get(metric), interval_of(result, metric, confidence), drop)
 
 
 def cheap_violations(resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None) -> list[str]:
@@ -42,11 +119,10 @@ def cheap_violations(resolved: ResolvedWorkflow, result: CandidateResult, refere
     accuracy, size), so the candidate need not be timed."""
     if result.candidate.reference:
         return []
-    ref_metrics = reference.metrics if reference is not None and reference.state == "complete" else {}
     broken = []
     for constraint in resolved.spec.select.constraints:
         if constraint.metric in result.metrics:
-            broken.extend(violations(constraint, result.metrics[constraint.metric], ref_metrics.get(constraint.metric)))
+            broken.extend(judge(resolved, constraint, result, reference))
     return broken
 
 
@@ -73,9 +149,13 @@ def _directions(resolved: ResolvedWorkflow) -> dict[str, int]:
     for constraint in select.constraints:
         if constraint.metric in directions:
             continue
-        lower_bound = constraint.min is not None or constraint.max_drop is not None or constraint.max_drop_ratio is not None
-        directions[constraint.metric] = 1 if lower_bound else -1
+        directions[constraint.metric] = _constraint_direction(constraint)
     return directions
+
+
+def _constraint_direction(constraint: Constraint) -> int:
+    lower_bound = constraint.min is not None or constraint.max_drop is not None or constraint.max_drop_ratio is not None
+    return 1 if lower_bound else -1
 
 
 def _dominates(a: CandidateResult, b: CandidateResult, directions: dict[str, int]) -> bool:
@@ -88,29 +168,159 @@ def _dominates(a: CandidateResult, b: CandidateResult, directions: dict[str, int
     return better
 
 
+def ranking_metric(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> tuple[str, int]:
+    """What ranks the candidates: the objective, or its paired figure when the objective's
+    evaluator measured one for every candidate (latency's p50_ms → speedup). Returns the metric
+    and +1 (higher is better) or -1."""
+    objective = resolved.spec.select.objective
+    eval_id, _, name = objective.metric.partition(".")
+    entry = resolved.evaluators.get(eval_id)
+    paired = entry.cls.paired_metrics.get(name) if entry is not None else None
+    if paired and results and all(f"{eval_id}.{paired}" in r.metrics for r in results):
+        return f"{eval_id}.{paired}", 1
+    return objective.metric, 1 if objective.goal == "max" else -1
+
+
+def model_bytes(result: CandidateResult) -> int:
+    """The size of the candidate's model files."""
+    if result.model is None:
+        return 0
+    path = Path(result.model.path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
+#: a tie-break rule as (description, key: larger is preferred, value shown in the verdict)
+_Rule = tuple[str, Callable[[CandidateResult], float], Callable[[CandidateResult], str]]
+
+
+def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
+    rules: list[_Rule] = []
+    for entry in resolved.spec.select.tie_break:
+        if entry == "constraints":
+            for constraint in resolved.spec.select.constraints:
+                sign = _constraint_direction(constraint)
+                metric = constraint.metric
+                rules.append(
+                    (
+                        f"{'higher' if sign > 0 else 'lower'} {metric}",
+                        lambda r, m=metric, s=sign: s * r.metrics.get(m, -s * math.inf),
+                        lambda r, m=metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
+                    )
+                )
+        elif entry == "size":
+            rules.append(("smaller model", lambda r: -model_bytes(r), lambda r: f"{model_bytes(r) / 1e6:.2f} MB"))
+        elif entry == "passes":
+            rules.append(("fewer passes", lambda r: -len(r.candidate.jobs), lambda r: f"{len(r.candidate.jobs)} passes"))
+        elif isinstance(entry, TieBreak):
+            sign = 1 if entry.goal == "max" else -1
+            rules.append(
+                (
+                    f"{'higher' if sign > 0 else 'lower'} {entry.metric}",
+                    lambda r, m=entry.metric, s=sign: s * r.metrics.get(m, -s * math.inf),
+                    lambda r, m=entry.metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
+                )
+            )
+    return rules
+
+
+def _describe(result: CandidateResult, metric: str, interval: Interval) -> str:
+    short = result.candidate.id.split("/")[-1]
+    if interval.low == interval.high:
+        return f"#{short} {metric} {_fmt(interval.estimate)}"
+    return f"#{short} {metric} {_fmt(interval.estimate)} [{_fmt(interval.low)}, {_fmt(interval.high)}]"
+
+
+def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int]) -> None:
+    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all."""
+    metric, sign = ranking_metric(resolved, feasible)
+    confidence = resolved.spec.select.confidence
+
+    def estimate(r: CandidateResult) -> Interval:
+        value = r.metrics[metric]
+        return interval_of(r, metric, confidence) or Interval(value, value, value, confidence or 1.0)
+
+    intervals = {r.candidate.id: estimate(r) for r in feasible}
+    # the best point estimate; the reference first among equals, then the workflow's order
+    best = max(feasible, key=lambda r: (sign * intervals[r.candidate.id].estimate, r.candidate.reference, -order[r.candidate.id]))
+    tied = [r for r in feasible if intervals[r.candidate.id].overlaps(intervals[best.candidate.id])] if confidence else [best]
+    rules = _rules(resolved)
+
+    def preference(r: CandidateResult) -> tuple[float, ...]:
+        return (*(key(r) for _, key, _ in rules), -order[r.candidate.id])
+
+    ranked = sorted(tied, key=preference, reverse=True)
+    chosen = ranked[0]
+    chosen.chosen = True
+    chosen.tied_with = [r.candidate.id for r in ranked[1:]]
+    mine = intervals[chosen.candidate.id]
+    label = f"#{chosen.candidate.id.split('/')[-1]}"
+    if len(feasible) == 1:
+        chosen.verdict = "the only candidate that met the constraints"
+    elif len(ranked) == 1:
+        runner_up = max((r for r in feasible if r is not chosen), key=lambda r: sign * intervals[r.candidate.id].estimate)
+        chosen.verdict = (
+            f"best {_describe(chosen, metric, mine).split(' ', 1)[1]}, clear of the next best "
+            f"({_describe(runner_up, metric, intervals[runner_up.candidate.id])})"
+        )
+    else:
+        others = ", ".join(_describe(r, metric, intervals[r.candidate.id]) for r in ranked[1:])
+        why = _decider(rules, chosen, ranked[1])
+        chosen.verdict = f"tied within noise ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+    for result in feasible:
+        if result is chosen:
+            continue
+        if result in tied:
+            result.verdict = f"tied with the chosen {label} within noise; lost on {_decider(rules, chosen, result)}"
+        else:
+            worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
+            result.verdict = (
+                f"{worse} than the chosen {label}: {_describe(result, metric, intervals[result.candidate.id])}, outside its interval"
+            )
+
+
+def _decider(rules: list[_Rule], winner: CandidateResult, loser: CandidateResult) -> str:
+    """The first tie-break rule that separates ``winner`` from ``loser``, with both values."""
+    for description, key, show in rules:
+        if key(winner) != key(loser):
+            return f"{description} ({show(winner)} vs {show(loser)})"
+    return "its place in the workflow's candidate order (no tie-break rule separated them)"
+
+
 def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:
     """Mark feasibility, the chosen candidate and the Pareto front of each target, in place."""
     spec = resolved.spec.select
     directions = _directions(resolved)
+    order = {r.candidate.id: i for i, r in enumerate(results)}
     for target in resolved.targets:
         mine = [r for r in results if r.candidate.target == target]
         reference = next((r for r in mine if r.candidate.reference and r.state == "complete"), None)
         complete = [r for r in mine if r.state == "complete"]
         for result in complete:
+            for metric in result.samples:
+                interval_of(result, metric, spec.confidence)
             if not result.untimed:  # an untimed candidate keeps the violations that stopped it
-                result.violations = [
-                    broken
-                    for constraint in spec.constraints
-                    for broken in violations(
-                        constraint, result.metrics.get(constraint.metric), reference.metrics.get(constraint.metric) if reference else None
-                    )
-                ]
+                result.violations = [broken for constraint in spec.constraints for broken in judge(resolved, constraint, result, reference)]
             result.feasible = not result.violations
         feasible = [r for r in complete if r.feasible and spec.objective.metric in r.metrics]
         if feasible:
-            sign = 1 if spec.objective.goal == "max" else -1
-            best = max(feasible, key=lambda r: (r.metrics[spec.objective.metric] * sign, r.candidate.reference))
-            best.chosen = True
+            _choose(resolved, feasible, order)
         measured = [r for r in complete if all(m in r.metrics for m in directions)]
         for result in measured:
             result.pareto = not any(_dominates(other, result, directions) for other in measured if other is not result)
+
+
+def intervals_json(result: CandidateResult) -> dict[str, Any]:
+    return {metric: interval.to_json() for metric, interval in sorted(result.intervals.items())}
+
+
+def under_load(result: CandidateResult) -> dict[str, Any]:
+    """The timing evaluations of ``result`` that kept rounds taken while other processes kept
+    the machine busy: {evaluation id: its noise figures}."""
+    out = {}
+    for eval_id, details in result.details.items():
+        noise = details.get("noise") if isinstance(details, dict) else None
+        if isinstance(noise, dict) and noise.get("loaded"):
+            out[eval_id] = {**noise, "interval_half_width": details.get("interval_half_width")}
+    return out

@@ -146,6 +146,7 @@ def run_eval(job: dict[str, Any], store: Store) -> dict[str, Any]:
         "key_doc": job["key_doc"],
         "values": result.values,
         "details": result.details,
+        "samples": {name: sample.to_json() for name, sample in result.samples.items()},
         "duration_s": round(time.perf_counter() - started, 3),
     }
     store.record(job["key"], record)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from engine.core.errors import EvaluationError
-from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
+from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 from evaluators._usercode import describe_exception, load_function
 
@@ -105,12 +105,17 @@ class Accuracy(Evaluator):
         else:
             predicted = _top(scores_or_ids, 1)[:, 0]
         values: dict[str, float] = {}
+        # per sample, right (1) or wrong (0): the top-k figures are their means, and the engine
+        # bootstraps their intervals (paired with the reference's, sample by sample, for drops)
+        samples: dict[str, Samples] = {}
         for k in sorted(set(cfg.top_k)):
             if k == 1:
-                values["top1"] = float(np.mean(predicted == truth))
+                hits = predicted == truth
             else:
                 assert classes is not None
-                values[f"top{k}"] = float(np.mean((_top(scores_or_ids, min(k, classes)) == truth[:, None]).any(axis=1)))
+                hits = (_top(scores_or_ids, min(k, classes)) == truth[:, None]).any(axis=1)
+            values[f"top{k}"] = float(np.mean(hits))
+            samples[f"top{k}"] = Samples("mean", hits.astype(np.float64).tolist())
         if cfg.f1:
             values["f1_macro"], values["f1_micro"] = f1_scores(truth, predicted)
         values["samples"] = float(count)
@@ -129,7 +134,7 @@ class Accuracy(Evaluator):
         if "classes" in data.meta:
             details["class_names"] = data.meta["classes"]
         logger.debug("accuracy of %s: top1 %.4f over %d samples", model.digest[:12], values.get("top1", float("nan")), count)
-        return MetricResult(values=values, details=details)
+        return MetricResult(values=values, details=details, samples=samples)
 
     def _output_index(self, session: Session) -> int:
         names = [spec.name for spec in session.outputs]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from engine.core.errors import EvaluationError
-from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
+from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class Fidelity(Evaluator):
     summary = "Cosine similarity and absolute error of the candidate's outputs against the reference model's, on a dataset."
     version = "1"
     needs_reference = True
-    metrics = ("cosine_mean", "cosine_min", "max_abs_error", "mean_abs_error", "samples")
+    metrics = ("cosine_mean", "cosine_min", "cosine_p5", "max_abs_error", "mean_abs_error", "samples")
     dataset_options = ("data",)
 
     class Config(EvaluatorConfig):
@@ -81,7 +81,14 @@ class Fidelity(Evaluator):
         count = len(data) if cfg.max_samples is None else min(cfg.max_samples, len(data))
         if ctx.reference is None:
             # This model is the reference: it matches itself exactly, nothing needs to run.
-            values = {"cosine_mean": 1.0, "cosine_min": 1.0, "max_abs_error": 0.0, "mean_abs_error": 0.0, "samples": float(count)}
+            values = {
+                "cosine_mean": 1.0,
+                "cosine_min": 1.0,
+                "cosine_p5": 1.0,
+                "max_abs_error": 0.0,
+                "mean_abs_error": 0.0,
+                "samples": float(count),
+            }
             return MetricResult(values=values, details={"reference": True, "data": cfg.data, "dataset_size": len(data), "samples": count})
 
         candidate = open_session(ctx, model, "candidate")
@@ -98,9 +105,14 @@ class Fidelity(Evaluator):
         per_output = {name: tally.summary() for name, tally in tallies.items()}
         cosines = [c for tally in tallies.values() for c in tally.cosines]
         elements = sum(t.count for t in tallies.values())
+        # one cosine per sample: the mean over a sample's outputs, so the samples stay independent
+        # (what the interval of cosine_mean is bootstrapped over)
+        per_sample = [sum(values) / len(values) for values in zip(*(t.cosines for t in tallies.values()), strict=True)]
+        worst = min(range(len(per_sample)), key=per_sample.__getitem__)
         values = {
             "cosine_mean": sum(cosines) / len(cosines),
             "cosine_min": min(cosines),
+            "cosine_p5": _percentile(per_sample, 5),
             "max_abs_error": max(t.max_abs for t in tallies.values()),
             "mean_abs_error": sum(t.abs_sum for t in tallies.values()) / elements if elements else 0.0,
             "samples": float(count),
@@ -115,10 +127,11 @@ class Fidelity(Evaluator):
             "outputs": names,
             "per_output": per_output,
             "mask_input": cfg.mask_input if cfg.mask_input in data.inputs else None,
+            "worst_sample": {"index": worst, "cosine": per_sample[worst]},
             "target": ctx.target.id,
         }
         logger.debug("fidelity of %s: cosine mean %.6f over %d samples", model.digest[:12], values["cosine_mean"], count)
-        return MetricResult(values=values, details=details)
+        return MetricResult(values=values, details=details, samples={"cosine_mean": Samples("mean", per_sample)})
 
     def _outputs(self, candidate: Session, reference: Session) -> list[str]:
         have = [spec.name for spec in candidate.outputs]
@@ -198,3 +211,9 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     if norm_a == 0.0 or norm_b == 0.0:
         return 0.0
     return max(-1.0, min(1.0, float(np.dot(a, b) / (norm_a * norm_b))))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))

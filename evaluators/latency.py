@@ -1,6 +1,22 @@
-"""Latency: wall-clock time of one inference, over many runs after a warm-up.
+"""Latency: the time of one inference, measured as a comparison with the reference model.
 
-numpy is imported inside ``evaluate``: the engine imports this module at validate time to read
+A candidate's milliseconds alone say little on a shared machine: a busy neighbour doubles them,
+and candidates timed minutes apart meet different neighbours. So the candidate and its target's
+reference are opened side by side in this worker and timed in interleaved rounds (reference then
+candidate, then candidate then reference, ...), and what is reported first is the **speedup**: the
+reference's median time over the candidate's, round by round, with a bootstrap confidence interval
+over rounds. Drift hits both models alike and cancels out of the ratio. Rounds are added until the
+interval is as tight as ``precision`` asks or ``max_time_s`` is spent.
+
+While timing, the machine is watched (CPU used by other processes, time stolen by the
+hypervisor): a round taken while others used more than ``busy_cores`` is thrown away and taken
+again once the machine is quiet; when it never gets quiet, the rounds are kept and the result
+says it was measured under load and how wide its interval is.
+
+The usual figures (mean, percentiles, throughput of the candidate) are still reported, from all
+of the candidate's timed runs. The reference itself is timed the same way, alone (speedup 1).
+
+numpy is imported inside functions: the engine imports this module at validate time to read
 ``Config``, and ``engine --help`` must stay fast.
 """
 
@@ -8,11 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from engine.core.evaluator import EvalContext, Evaluator, MetricResult
+from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
+from engine.core.stats import bootstrap
+from evaluators._noise import Load, NoiseMeter
 from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
 
 if TYPE_CHECKING:
@@ -22,44 +41,125 @@ if TYPE_CHECKING:
     from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
+#: the shortest stretch whose load is judged on its own (the kernel's CPU counters tick every 10 ms)
+LOAD_WINDOW_S = 0.1
 
 
 class Latency(Evaluator):
     name = "latency"
-    summary = "Time per inference (mean, percentiles, spread) and throughput, after a warm-up; also the time to load the model."
-    version = "1"
+    summary = (
+        "Time per inference as a comparison: the candidate and its target's reference timed in interleaved rounds, "
+        "giving the speedup with a confidence interval, plus the candidate's percentiles, throughput and load time; "
+        "rounds taken while other processes keep the machine busy are re-measured and flagged."
+    )
+    version = "2"
     timing = True
-    metrics = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "std_ms", "min_ms", "max_ms", "throughput_per_s", "load_ms")
+    needs_reference = True
+    metrics = (
+        "mean_ms",
+        "p50_ms",
+        "p90_ms",
+        "p95_ms",
+        "p99_ms",
+        "std_ms",
+        "min_ms",
+        "max_ms",
+        "throughput_per_s",
+        "load_ms",
+        "speedup",
+        "speedup_low",
+        "speedup_high",
+        "reference_p50_ms",
+        "rounds",
+        "others_cores",
+    )
+    paired_metrics = {"p50_ms": "speedup", "mean_ms": "speedup", "throughput_per_s": "speedup"}
     dataset_options = ("data",)
 
     class Config(FeedConfig):
-        warmup: int = Field(default=10, ge=0, description="Untimed runs before measuring (caches, allocator, lazy kernel choices).")
-        runs: int = Field(default=100, ge=1, description="Timed runs (at least).")
-        min_time_s: float = Field(
-            default=0.0, ge=0.0, description="Keep timing beyond `runs` until this many seconds of runs have passed (0: just `runs`)."
+        warmup: int = Field(
+            default=10,
+            ge=0,
+            le=100_000,
+            description="Untimed runs of each model before measuring (caches, allocator, lazy kernel choices).",
         )
+        runs: int = Field(default=100, ge=1, le=10_000_000, description="Timed runs of the candidate (at least), spread over the rounds.")
+        min_time_s: float = Field(
+            default=0.0,
+            ge=0.0,
+            le=86_400,
+            description="Keep timing until the candidate's runs add up to this many seconds (0: just `runs`).",
+        )
+        compare: bool = Field(
+            default=True,
+            description="Time the candidate against its target's reference in interleaved rounds (false: time it alone; no speedup is reported).",
+        )
+        runs_per_round: int = Field(default=10, ge=1, le=100_000, description="Timed runs of each model in one round.")
+        min_rounds: int = Field(default=6, ge=2, le=100_000, description="Rounds to take at least (each round times both models).")
+        max_rounds: int = Field(
+            default=80, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
+        )
+        precision: float = Field(
+            default=0.03,
+            gt=0,
+            lt=1,
+            description="Stop adding rounds once the speedup's confidence interval is within ± this fraction of the speedup (0.03 = ±3%).",
+        )
+        confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
+        max_time_s: float = Field(
+            default=90.0, gt=0, le=86_400, description="Time budget for the rounds: stop adding rounds after this many seconds."
+        )
+        busy_cores: float = Field(
+            default=0.3,
+            gt=0,
+            le=4096,
+            description="Other processes (and hypervisor steal) using more than this many cores during a round make it a busy round: thrown away and re-measured once quiet.",
+        )
+        quiet_wait_s: float = Field(
+            default=30.0,
+            ge=0,
+            le=86_400,
+            description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy rounds are kept and flagged.",
+        )
+
+        @model_validator(mode="after")
+        def _rounds_order(self) -> Latency.Config:
+            if self.max_rounds < self.min_rounds:
+                raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+            return self
 
     config: Config
 
-    def _feeds(self, session: Session, ctx: EvalContext) -> dict[str, np.ndarray]:
-        return feeds_for(session, self.config, dataset_batch(ctx, self.config))
-
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+        cfg = self.config
+        batch = dataset_batch(ctx, cfg)
+        opened: list[Session] = []
+        try:
+            started = time.perf_counter_ns()
+            candidate = open_session(ctx, model, "candidate")
+            load_ms = (time.perf_counter_ns() - started) / 1e6
+            opened.append(candidate)
+            reference = None
+            if cfg.compare and ctx.reference is not None:
+                reference = open_session(ctx, ctx.reference, "reference")
+                opened.append(reference)
+            arms = [_Arm("candidate" if reference is not None else "model", candidate, feeds_for(candidate, cfg, batch))]
+            if reference is not None:
+                arms.insert(0, _Arm("reference", reference, feeds_for(reference, cfg, batch)))
+            for arm in arms:
+                arm.warm_up(cfg.warmup)
+            rounds = _Rounds(cfg, arms).run()
+        finally:
+            for session in opened:
+                session.close()
+        return self._result(rounds, arms, load_ms, ctx, batch is not None)
+
+    def _result(self, rounds: _Rounds, arms: list[_Arm], load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
 
         cfg = self.config
-        started = time.perf_counter_ns()
-        session = open_session(ctx, model)
-        load_ms = (time.perf_counter_ns() - started) / 1e6
-        try:
-            feeds = self._feeds(session, ctx)
-            for _ in range(cfg.warmup):
-                run_session(session, feeds)
-            times_ns = self._time(session, feeds)
-        finally:
-            session.close()
-
-        ms = np.asarray(times_ns, dtype=np.float64) / 1e6
+        cand = arms[-1]
+        ms = np.asarray(cand.times_ns, dtype=np.float64) / 1e6
         p50, p90, p95, p99 = (float(v) for v in np.percentile(ms, [50, 90, 95, 99]))
         mean = float(ms.mean())
         values = {
@@ -73,40 +173,198 @@ class Latency(Evaluator):
             "max_ms": float(ms.max()),
             "throughput_per_s": cfg.batch_size / (mean / 1e3) if mean > 0 else float("inf"),
             "load_ms": load_ms,
+            "rounds": float(len(rounds.kept)),
+            "others_cores": rounds.mean_others(),
         }
-        shapes = {name: list(array.shape) for name, array in feeds.items()}
+        samples = {"p50_ms": Samples("median", [r.medians_ms[-1] for r in rounds.kept])}
+        compared = len(arms) == 2
+        if compared:
+            ratios = rounds.ratios()
+            interval = bootstrap(ratios, "median", cfg.confidence)
+            values |= {
+                "speedup": interval.estimate,
+                "speedup_low": interval.low,
+                "speedup_high": interval.high,
+                "reference_p50_ms": float(np.median(np.asarray(arms[0].times_ns, dtype=np.float64) / 1e6)),
+            }
+            samples["speedup"] = Samples("median", ratios)
+        elif ctx.reference is None:
+            # the reference itself: speedup 1 by definition (a candidate timed alone has none)
+            values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_p50_ms": p50}
+        feeds = cand.feeds
         details: dict[str, Any] = {
+            "method": "interleaved rounds against the reference" if compared else "rounds, alone",
             "runs": len(ms),
             "warmup": cfg.warmup,
+            "runs_per_round": cfg.runs_per_round,
+            "rounds": len(rounds.kept),
+            "rounds_thrown_away": rounds.discarded,
+            "stopped_because": rounds.stop_reason,
+            "precision": cfg.precision,
+            "confidence": cfg.confidence,
+            "interval_half_width": (values["speedup_high"] - values["speedup_low"]) / 2 / values["speedup"] if compared else None,
+            "noise": rounds.noise(),
             "batch_size": cfg.batch_size,
             "sequence_length": _sequence_length(feeds, cfg.sequence_length),
-            "feeds": "dataset" if cfg.data else "synthetic",
+            "feeds": "dataset" if from_data else "synthetic",
             "data": cfg.data,
-            "input_shapes": shapes,
+            "input_shapes": {name: list(array.shape) for name, array in feeds.items()},
             "input_dtypes": {name: str(array.dtype) for name, array in feeds.items()},
             "total_s": float(ms.sum()) / 1e3,
             "min_time_s": cfg.min_time_s,
             "load_ms": load_ms,
-            "session": dict(session.details),
+            "session": dict(cand.session.details),
             "target": ctx.target.id,
         }
-        if "precision_hint" in session.details:
-            details["precision_hint"] = session.details["precision_hint"]
-        logger.debug("latency of %s on %s: p50 %.3f ms over %d runs", model.digest[:12], ctx.target.id, p50, len(ms))
-        return MetricResult(values=values, details=details)
+        if "precision_hint" in cand.session.details:
+            details["precision_hint"] = cand.session.details["precision_hint"]
+        logger.debug(
+            "latency on %s: p50 %.3f ms, speedup %.3f [%.3f, %.3f] over %d rounds",
+            ctx.target.id,
+            p50,
+            values.get("speedup", float("nan")),
+            values.get("speedup_low", float("nan")),
+            values.get("speedup_high", float("nan")),
+            len(rounds.kept),
+        )
+        return MetricResult(values=values, details=details, samples=samples)
 
-    def _time(self, session: Session, feeds: dict[str, np.ndarray]) -> list[int]:
-        cfg = self.config
-        min_time_ns = int(cfg.min_time_s * 1e9)
-        times: list[int] = []
-        total = 0
-        while len(times) < cfg.runs or total < min_time_ns:
+
+@dataclass
+class _Arm:
+    """One model under the clock: its session, its feeds, every timed run."""
+
+    role: str
+    session: Session
+    feeds: dict[str, np.ndarray]
+    times_ns: list[int] = field(default_factory=list)
+
+    def warm_up(self, runs: int) -> None:
+        for _ in range(runs):
+            run_session(self.session, self.feeds, self.role)
+        self.session.synchronize()
+
+    def time(self, runs: int) -> list[int]:
+        """``runs`` timed runs; each is bracketed by device synchronization, so a GPU's queued
+        work is counted in the run that queued it."""
+        session, feeds, role = self.session, self.feeds, self.role
+        out = []
+        for _ in range(runs):
+            session.synchronize()
             start = time.perf_counter_ns()
-            run_session(session, feeds)
-            elapsed = time.perf_counter_ns() - start
-            times.append(elapsed)
-            total += elapsed
-        return times
+            run_session(session, feeds, role)
+            session.synchronize()
+            out.append(time.perf_counter_ns() - start)
+        return out
+
+
+@dataclass
+class _Round:
+    medians_ms: list[float]  # per arm, in arm order
+    times_ns: list[list[int]]
+    load: Load
+    busy: bool
+
+
+class _Rounds:
+    """The interleaved rounds and the rules that decide when they are enough."""
+
+    def __init__(self, cfg: Latency.Config, arms: list[_Arm]) -> None:
+        self.cfg = cfg
+        self.arms = arms
+        self.kept: list[_Round] = []
+        self.discarded = 0
+        self.waited_s = 0.0
+        self.stop_reason = ""
+        self._meter = NoiseMeter()
+        self._window_started: float | None = None
+
+    def run(self) -> _Rounds:
+        cfg = self.cfg
+        started = time.perf_counter()
+        quiet_budget = cfg.quiet_wait_s
+        while True:
+            current = self._take(len(self.kept) + self.discarded)
+            if current.busy and quiet_budget > 0:
+                # thrown away: wait for the neighbour to finish, then take the round again
+                self.discarded += 1
+                _, waited = self._meter.wait_for_quiet(cfg.busy_cores, quiet_budget)
+                self.waited_s += waited
+                quiet_budget -= waited
+                continue
+            self.kept.append(current)
+            for arm, times in zip(self.arms, current.times_ns, strict=True):
+                arm.times_ns.extend(times)
+            reason = self._enough(time.perf_counter() - started - self.waited_s)
+            if reason:
+                self.stop_reason = reason
+                return self
+
+    def _take(self, index: int) -> _Round:
+        """One round: every arm times ``runs_per_round`` runs, in an order that alternates
+        between rounds (A B, B A, ...) so a trend within a round favours neither."""
+        order = list(range(len(self.arms)))
+        if index % 2:
+            order.reverse()
+        times: list[list[int]] = [[] for _ in self.arms]
+        # the kernel counts CPU time in 10 ms ticks: a round shorter than LOAD_WINDOW_S is
+        # judged on the load since the window began, which may span a few earlier rounds
+        if self._window_started is None or time.perf_counter() - self._window_started >= LOAD_WINDOW_S:
+            self._meter.start()
+            self._window_started = time.perf_counter()
+        for i in order:
+            times[i] = self.arms[i].time(self.cfg.runs_per_round)
+        load = self._meter.stop()
+        medians = [_median_ms(t) for t in times]
+        return _Round(medians, times, load, load.busy(self.cfg.busy_cores))
+
+    def ratios(self) -> list[float]:
+        """Per round: the reference's median time over the candidate's (> 1: the candidate is faster)."""
+        return [r.medians_ms[0] / r.medians_ms[-1] for r in self.kept if r.medians_ms[-1] > 0]
+
+    def _enough(self, elapsed_s: float) -> str:
+        cfg = self.cfg
+        rounds = len(self.kept)
+        if rounds < cfg.min_rounds:
+            return ""
+        if elapsed_s >= cfg.max_time_s:
+            return f"max_time_s ({cfg.max_time_s:g} s) spent"
+        runs = len(self.arms[-1].times_ns)
+        timed_s = sum(self.arms[-1].times_ns) / 1e9
+        if runs < cfg.runs or timed_s < cfg.min_time_s:
+            return ""
+        if len(self.arms) == 1:
+            return "runs done"
+        interval = bootstrap(self.ratios(), "median", cfg.confidence)
+        if interval.half_width <= cfg.precision * interval.estimate:
+            return f"interval within ±{cfg.precision:.0%}"
+        if rounds >= cfg.max_rounds:
+            return f"max_rounds ({cfg.max_rounds}) reached"
+        return ""
+
+    def mean_others(self) -> float:
+        return sum(r.load.others_cores for r in self.kept) / len(self.kept) if self.kept else 0.0
+
+    def noise(self) -> dict[str, Any]:
+        busy = [r for r in self.kept if r.busy]
+        return {
+            "others_cores_mean": self.mean_others(),
+            "others_cores_max": max((r.load.others_cores for r in self.kept), default=0.0),
+            "steal_cores_mean": sum(r.load.steal_cores for r in self.kept) / len(self.kept) if self.kept else 0.0,
+            "busy_cores_threshold": self.cfg.busy_cores,
+            "busy_rounds_kept": len(busy),
+            "rounds_thrown_away": self.discarded,
+            "waited_for_quiet_s": round(self.waited_s, 2),
+            # measured under load: some rounds were kept although others kept the machine busy
+            "loaded": bool(busy),
+        }
+
+
+def _median_ms(times_ns: list[int]) -> float:
+    ordered = sorted(times_ns)
+    mid = len(ordered) // 2
+    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return value / 1e6
 
 
 def _sequence_length(feeds: dict[str, np.ndarray], default: int) -> int:

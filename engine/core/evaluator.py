@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.core.config import StrictConfig
+from engine.core.stats import Statistic
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
@@ -36,12 +37,28 @@ class EvalContext:
             raise KeyError(f"dataset '{name}' is not declared in the workflow (declared: {known})") from None
 
 
+@dataclass(frozen=True)
+class Samples:
+    """The per-sample figures behind one metric: the metric is ``statistic`` of ``values``
+    (the mean of per-sentence cosines, the median of per-round speedups). The engine bootstraps
+    an interval from them at the workflow's confidence, so constraints and ties are judged on
+    what the samples can support, not on one point estimate."""
+
+    statistic: Statistic
+    values: list[float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "values": self.values}
+
+
 @dataclass
 class MetricResult:
-    """Figures named ``<metric>_<unit>`` (``p50_ms``, ``cosine_mean``) plus how they were taken."""
+    """Figures named ``<metric>_<unit>`` (``p50_ms``, ``cosine_mean``) plus how they were taken,
+    and for metrics that summarise samples, the samples (see ``Samples``)."""
 
     values: dict[str, float]
     details: dict[str, Any] = field(default_factory=dict)
+    samples: dict[str, Samples] = field(default_factory=dict)
 
 
 class Evaluator(ABC):
@@ -57,6 +74,10 @@ class Evaluator(ABC):
     needs_reference: ClassVar[bool] = False
     libraries: ClassVar[tuple[str, ...]] = ()
     dataset_options: ClassVar[tuple[str, ...]] = ()
+    #: metrics better ranked through a paired figure measured against the reference in the same
+    #: evaluation, ``{metric: paired metric}``; the paired metric is higher-is-better (latency:
+    #: ``p50_ms`` is ranked by ``speedup``, the reference's time over the candidate's, round by round)
+    paired_metrics: ClassVar[dict[str, str]] = {}
     #: options that hold a file path: made absolute against the workflow's folder, checked to
     #: exist, and hashed by content into every evaluation key (a custom metric's code, say)
     path_options: ClassVar[tuple[str, ...]] = ()

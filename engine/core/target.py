@@ -60,6 +60,12 @@ class Session(ABC):
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run once; outputs in the order of ``outputs``."""
 
+    def synchronize(self) -> None:  # noqa: B027 - optional hook
+        """Wait until work the session queued on its device has finished. Timing code calls it
+        before starting and before stopping the clock. A session whose ``run`` returns host
+        arrays is already synchronous (the copy to the host waits for the device); one that
+        leaves results on a device must override this."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the runtime's resources."""
 

@@ -547,6 +547,9 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     for index, constraint in enumerate(raw_select.get("constraints") or []):
         if isinstance(constraint, dict):
             checks.append((("select", "constraints", index, "metric"), constraint.get("metric")))
+    for index, rule in enumerate(raw_select.get("tie_break") or []):
+        if isinstance(rule, dict):
+            checks.append((("select", "tie_break", index, "metric"), rule.get("metric")))
     if len(evaluators) == len([o for o in raw_evaluate if isinstance(o, dict)]):
         for where, metric in checks:
             # an evaluator that declares no metric names (custom) names its figures at run time

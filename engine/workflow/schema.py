@@ -126,9 +126,37 @@ class Constraint(_Strict):
         return self
 
 
+class TieBreak(_Strict):
+    """Prefer, among tied candidates, the better value of a metric."""
+
+    metric: str = Field(description="<evaluate id>.<metric>, e.g. size.bytes.")
+    goal: Literal["min", "max"] = Field(description="Prefer the lower (min) or the higher (max) value.")
+
+
+TIE_BREAK_RULES = ("constraints", "size", "passes")
+
+
 class SelectSpec(_Strict):
     objective: Objective
     constraints: list[Constraint] = Field(default_factory=list)
+    confidence: float | None = Field(
+        default=0.95,
+        gt=0,
+        lt=1,
+        description=(
+            "Judge constraints on this confidence bound of each metric that comes with samples (fidelity, accuracy, speedup): "
+            "a `min` on the lower bound, a `max` on the upper bound, a drop on its upper bound. Candidates whose objective "
+            "intervals overlap are tied. null: judge point estimates and never tie."
+        ),
+    )
+    tie_break: list[Literal["constraints", "size", "passes"] | TieBreak] = Field(
+        default_factory=lambda: list(TIE_BREAK_RULES),
+        description=(
+            "How a tie on the objective is broken, rule by rule until one separates: `constraints` (the larger margin on each "
+            "constraint in order, e.g. the higher fidelity), `size` (the smaller model), `passes` (fewer passes), or "
+            "{metric, goal}. The workflow's candidate order decides what no rule separates."
+        ),
+    )
 
 
 class SearchSpec(_Strict):

@@ -1,0 +1,80 @@
+"""Intervals for figures measured on samples: a percentile bootstrap, seeded so the same samples
+always give the same interval.
+
+Evaluators hand their per-sample figures to the engine (``MetricResult.samples``: the cosine of
+each sentence, whether each image was classified right, the speedup of each timing round), and
+the engine judges constraints and ties on intervals computed here at the workflow's confidence.
+numpy is imported inside the functions: the SDK stays light to import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Statistic = Literal["mean", "median"]
+STATISTICS: tuple[Statistic, ...] = ("mean", "median")
+#: bootstrap resamples: enough that the 2.5% / 97.5% quantiles move by well under the interval's width
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its two-sided confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def to_json(self) -> dict[str, float]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence}
+
+
+def point(values: Sequence[float], statistic: Statistic = "mean") -> float:
+    import numpy as np
+
+    array = np.asarray(values, dtype=np.float64)
+    return float(array.mean() if statistic == "mean" else np.median(array))
+
+
+def bootstrap(values: Sequence[float], statistic: Statistic = "mean", confidence: float = 0.95, seed: int = 0) -> Interval:
+    """The percentile-bootstrap interval of ``statistic`` over ``values``.
+
+    One sample (or identical samples) gives a zero-width interval: there is nothing to resample,
+    which callers see as "no uncertainty measured" rather than as certainty they should trust;
+    evaluators report how many samples stand behind each figure.
+    """
+    import numpy as np
+
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, not {confidence}")
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        raise ValueError("no samples to bootstrap")
+    estimate = point(array.tolist(), statistic)
+    if array.size == 1 or bool(np.all(array == array[0])):
+        return Interval(estimate, estimate, estimate, confidence)
+    rng = np.random.default_rng(seed)
+    resampled = array[rng.integers(0, array.size, size=(RESAMPLES, array.size))]
+    stats = resampled.mean(axis=1) if statistic == "mean" else np.median(resampled, axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = (float(v) for v in np.quantile(stats, [alpha, 1 - alpha]))
+    # the estimate lies inside its own interval even when the bootstrap distribution is skewed
+    return Interval(estimate, min(low, estimate), max(high, estimate), confidence)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, seed: int = 0) -> Interval:
+    """The interval of mean(a - b) over paired samples (the same inputs scored twice): far
+    tighter than comparing two separate intervals, since what both share cancels out."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+    return bootstrap([x - y for x, y in zip(a, b, strict=True)], "mean", confidence, seed)
