@@ -23,7 +23,7 @@ from engine.core.search import Categorical
 from engine.planner import Candidate
 from engine.results import CandidateResult
 from engine.runner import Runner
-from engine.select import slack, violations
+from engine.select import judge, slack
 from engine.space import Point, TargetSpace
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,7 @@ class TargetSearch:
             if result.candidate.target != self.target or result.state != "complete" or result.untimed:
                 continue
             checks = [*self.runner.resolved.spec.select.constraints, *goals]
-            ref = reference.metrics if reference else {}
-            if not any(violations(c, result.metrics.get(c.metric), ref.get(c.metric)) for c in checks):
+            if not any(judge(self.runner.resolved, c, result, reference) for c in checks):
                 self.runner.on_event("budget", {"target": self.target, "reason": f"goal met by {result.candidate.id}"})
                 return True
         return False

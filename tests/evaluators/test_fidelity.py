@@ -23,7 +23,14 @@ def test_the_reference_itself_scores_perfectly_without_running(tmp_path, make_ct
     (tmp_path / "never" / "model.onnx").write_bytes(b"never loaded")
     model = ModelArtifact.from_folder("onnx", tmp_path / "never")
     result = fidelity(max_samples=4).evaluate(model, make_ctx(reference=None, d=token_dataset(samples=6)))
-    assert result.values == {"cosine_mean": 1.0, "cosine_min": 1.0, "cosine_p5": 1.0, "max_abs_error": 0.0, "mean_abs_error": 0.0, "samples": 4.0}
+    assert result.values == {
+        "cosine_mean": 1.0,
+        "cosine_min": 1.0,
+        "cosine_p5": 1.0,
+        "max_abs_error": 0.0,
+        "mean_abs_error": 0.0,
+        "samples": 4.0,
+    }
     assert result.details["reference"] is True
 
 

@@ -1,0 +1,158 @@
+"""Selection that survives noise: constraints judged on confidence bounds, timing objectives
+ranked by the paired speedup, ties broken by the declared rule, verdicts that say why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import tiny_workflow, write_workflow
+
+from engine.core.artifact import ModelArtifact
+from engine.planner import Candidate
+from engine.results import CandidateResult
+from engine.select import select
+from engine.workflow import load_workflow
+
+
+def resolved_with(tmp_path: Path, tiny_onnx: Path, **select_overrides: Any) -> Any:
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"] = {**workflow["select"], **select_overrides}
+    return load_workflow(write_workflow(tmp_path / "wf", workflow))
+
+
+def model_of(tmp_path: Path, name: str, size: int) -> ModelArtifact:
+    folder = tmp_path / "models" / name
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(b"x" * size)
+    return ModelArtifact(format="onnx", path=folder, digest=name)
+
+
+def result(
+    tmp_path: Path,
+    number: int,
+    *,
+    speedup: list[float],
+    cosines: list[float],
+    size: int = 1000,
+    passes: int = 1,
+    reference: bool = False,
+) -> CandidateResult:
+    cand = Candidate(id=f"cpu/{number}", target="cpu", jobs=tuple(f"job{i}" for i in range(passes)), params={}, reference=reference)
+    r = CandidateResult(candidate=cand, label=f"c{number}", state="complete", model=model_of(tmp_path, f"m{number}", size))
+    r.metrics = {
+        "latency.p50_ms": 10 / float(np.median(speedup)),
+        "latency.speedup": float(np.median(speedup)),
+        "fidelity.cosine_mean": float(np.mean(cosines)),
+    }
+    r.samples = {"fidelity.cosine_mean": {"statistic": "mean", "values": cosines}}
+    if not reference:
+        r.samples["latency.speedup"] = {"statistic": "median", "values": speedup}
+    return r
+
+
+def spread(center: float, width: float, n: int = 12, seed: int = 0) -> list[float]:
+    return list(np.random.default_rng(seed).uniform(center - width, center + width, n))
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> CandidateResult:
+    return result(tmp_path, 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+
+
+def test_a_bar_cleared_only_by_the_point_estimate_fails_on_its_lower_bound(tmp_path, tiny_onnx, ref) -> None:
+    lucky = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=spread(0.9915, 0.03, 32))
+    select(resolved_with(tmp_path, tiny_onnx, constraints=[{"metric": "fidelity.cosine_mean", "min": 0.99}]), [ref, lucky])
+    assert lucky.metrics["fidelity.cosine_mean"] > 0.99
+    assert lucky.feasible is False
+    assert "lower 95% bound" in lucky.violations[0]
+    assert ref.chosen
+
+
+def test_the_point_estimate_is_judged_when_the_workflow_asks(tmp_path, tiny_onnx, ref) -> None:
+    lucky = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=spread(0.9915, 0.03, 32))
+    resolved = resolved_with(tmp_path, tiny_onnx, constraints=[{"metric": "fidelity.cosine_mean", "min": 0.99}], confidence=None)
+    select(resolved, [ref, lucky])
+    assert lucky.feasible is True
+    assert lucky.chosen
+
+
+def test_timing_objectives_rank_by_the_paired_speedup_not_the_milliseconds(tmp_path, tiny_onnx, ref) -> None:
+    fast = result(tmp_path, 1, speedup=spread(1.8, 0.03), cosines=[0.995] * 32)
+    slow = result(tmp_path, 2, speedup=spread(1.2, 0.03), cosines=[0.999] * 32)
+    # a busy minute made the fast one's own milliseconds look worse: the paired ratio still holds
+    fast.metrics["latency.p50_ms"] = 50.0
+    select(resolved_with(tmp_path, tiny_onnx), [ref, fast, slow])
+    assert fast.chosen
+    assert fast.verdict.startswith("best latency.speedup")
+    assert "clear of the next best (#2" in fast.verdict
+    assert slow.verdict.startswith("slower than the chosen #1")
+
+
+def test_candidates_within_noise_are_tied_and_the_higher_fidelity_wins(tmp_path, tiny_onnx, ref) -> None:
+    a = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.993] * 32)
+    b = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.997] * 32)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, a, b])
+    assert b.chosen and not a.chosen
+    assert b.tied_with == ["cpu/1"]
+    assert "tied within noise" in b.verdict
+    assert "chosen for higher fidelity.cosine_mean (0.997 vs 0.993)" in b.verdict
+    assert a.verdict.startswith("tied with the chosen #2 within noise; lost on higher fidelity.cosine_mean")
+
+
+def test_the_choice_does_not_depend_on_the_order_or_the_noise_between_runs(tmp_path, tiny_onnx, ref) -> None:
+    chosen = set()
+    for seed in range(6):
+        a = result(tmp_path / str(seed), 1, speedup=spread(1.5, 0.06, seed=seed), cosines=[0.993] * 32)
+        b = result(tmp_path / str(seed), 2, speedup=spread(1.5, 0.06, seed=seed + 100), cosines=[0.996] * 32)
+        results = [ref, a, b] if seed % 2 else [ref, b, a]
+        select(resolved_with(tmp_path / str(seed), tiny_onnx), results)
+        chosen |= {r.model.digest for r in results if r.chosen}
+    assert chosen == {"m2"}
+
+
+def test_size_then_passes_break_a_tie_the_constraints_cannot(tmp_path, tiny_onnx, ref) -> None:
+    big = result(tmp_path, 1, speedup=spread(1.5, 0.05, seed=3), cosines=[0.995] * 32, size=4000)
+    small = result(tmp_path, 2, speedup=spread(1.5, 0.05, seed=4), cosines=[0.995] * 32, size=1000, passes=3)
+    short = result(tmp_path, 3, speedup=spread(1.5, 0.05, seed=5), cosines=[0.995] * 32, size=1000, passes=1)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, big, small, short])
+    assert short.chosen
+    assert "chosen for fewer passes (1 passes vs 3 passes)" in short.verdict
+    assert "lost on smaller model" in big.verdict
+
+
+def test_a_declared_tie_break_metric_decides(tmp_path, tiny_onnx, ref) -> None:
+    a = result(tmp_path, 1, speedup=spread(1.5, 0.05, seed=6), cosines=[0.999] * 32, size=4000)
+    b = result(tmp_path, 2, speedup=spread(1.5, 0.05, seed=7), cosines=[0.995] * 32, size=1000)
+    resolved = resolved_with(tmp_path, tiny_onnx, tie_break=["size"])
+    select(resolved, [ref, a, b])
+    assert b.chosen  # smaller, although its fidelity is lower
+
+
+def test_a_candidate_no_faster_than_the_reference_loses_to_it(tmp_path, tiny_onnx, ref) -> None:
+    even = result(tmp_path, 1, speedup=spread(1.01, 0.05), cosines=[0.999] * 32)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, even])
+    assert ref.chosen
+    assert "higher fidelity.cosine_mean" in ref.verdict
+
+
+def test_a_drop_is_judged_paired_sample_by_sample(tmp_path, tiny_onnx) -> None:
+    rng = np.random.default_rng(0)
+    difficulty = rng.uniform(0.6, 1.0, 400)
+    ref = result(tmp_path, 0, speedup=[1.0], cosines=list(difficulty), reference=True, passes=0)
+    worse = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=list(difficulty - 0.02))
+    resolved = resolved_with(tmp_path, tiny_onnx, constraints=[{"metric": "fidelity.cosine_mean", "max_drop": 0.015}])
+    select(resolved, [ref, worse])
+    # the point drop (0.02) is past 0.015 and the paired interval is tight around it
+    assert worse.feasible is False
+    assert "dropped 0.02" in worse.violations[0]
+
+
+def test_intervals_are_kept_on_every_measured_metric(tmp_path, tiny_onnx, ref) -> None:
+    a = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=spread(0.995, 0.002, 32))
+    select(resolved_with(tmp_path, tiny_onnx), [ref, a])
+    interval = a.intervals["fidelity.cosine_mean"]
+    assert interval.low < a.metrics["fidelity.cosine_mean"] < interval.high
+    assert interval.confidence == 0.95
