@@ -94,6 +94,7 @@ def lock_document(report: RunReport) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": keys.host_fingerprint(),
+        "accelerators": keys.accelerator_fingerprint(),
         "libraries": library_versions(libraries),
         "input": {"format": report.input.format, "digest": report.input.digest, "attrs": report.input.attrs},
         "datasets": report.datasets,

@@ -62,7 +62,7 @@ def eval_key(
             "reference": reference_digest if evaluator_cls.needs_reference else None,
             "target": target,
             "data": data,
-            "host": host_fingerprint() if evaluator_cls.timing else None,
+            "host": timing_host(target) if evaluator_cls.timing else None,
             "libraries": library_versions(evaluator_cls.libraries),
         }
     )
@@ -103,6 +103,56 @@ def host_fingerprint() -> dict[str, Any]:
     except OSError:
         pass
     return {"machine": platform.machine(), "cpu": model or platform.processor(), "cores": os.cpu_count(), "isa": flags}
+
+
+def timing_host(target: dict[str, Any]) -> dict[str, Any]:
+    """The host a timing belongs to: the CPU always, and for a target on another device (a GPU,
+    an NPU) that device's model, driver and runtime libraries too, so a timing taken on one GPU
+    is never served for another."""
+    host = host_fingerprint()
+    device = str((target.get("options") or {}).get("device", "cpu")).lower()
+    if device != "cpu":
+        host = {**host, "accelerators": accelerator_fingerprint()}
+    return host
+
+
+#: distributions whose versions change what a GPU timing measures (CUDA runtime, cuDNN, TensorRT, ...)
+_GPU_LIBRARIES = re.compile(r"^(nvidia-(cuda-runtime|cudnn|cublas|cufft|curand|nccl)|tensorrt|onnxruntime-gpu|torch)([-_].*)?$", re.I)
+
+
+@cache
+def accelerator_fingerprint() -> dict[str, Any]:
+    """NVIDIA GPUs (model, driver, memory, compute capability; from nvidia-smi) and the versions
+    of the CUDA / cuDNN / TensorRT libraries installed for Python. Empty where there are none."""
+    import shutil
+    import subprocess
+    from importlib import metadata
+
+    gpus: list[dict[str, str]] = []
+    cuda_driver = None
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        fields = ("name", "driver_version", "memory.total", "compute_cap")
+        try:
+            out = subprocess.run(
+                [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"], capture_output=True, text=True, timeout=10, check=False
+            )
+            gpus = [
+                dict(zip(fields, (v.strip() for v in line.split(",")), strict=False)) for line in out.stdout.splitlines() if line.strip()
+            ]
+            header = subprocess.run([smi], capture_output=True, text=True, timeout=10, check=False).stdout
+            found = re.search(r"CUDA Version:\s*([\d.]+)", header)
+            cuda_driver = found.group(1) if found else None
+        except (OSError, subprocess.SubprocessError):
+            gpus = []
+    libraries = sorted(
+        {
+            f"{dist.metadata['Name']}=={dist.version}"
+            for dist in metadata.distributions()
+            if _GPU_LIBRARIES.match(dist.metadata["Name"] or "")
+        }
+    )
+    return {"nvidia": gpus, "cuda_driver": cuda_driver, "libraries": libraries}
 
 
 def explain(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
