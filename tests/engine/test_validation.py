@@ -213,3 +213,42 @@ def test_select_cannot_use_an_evaluation_that_candidates_do_not_get(tmp_path, ti
     workflow["evaluate"][0]["candidates"] = False
     (problem,) = problems_of(write_workflow(tmp_path, workflow))
     assert problem.where == "select.constraints[0].metric"
+
+
+@pytest.mark.parametrize("confidence", [0, 1, 1.5, -0.2, ".nan"])
+def test_a_confidence_outside_zero_one_is_refused_with_its_location(tmp_path, tiny_onnx, confidence):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"]["confidence"] = float("nan") if confidence == ".nan" else confidence
+    problems = problems_of(write_workflow(tmp_path, workflow))
+    (problem,) = [p for p in problems if p.where == "select.confidence"]
+    assert problem.line is not None
+
+
+def test_an_unknown_tie_break_metric_is_refused_with_a_suggestion(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"]["tie_break"] = ["size", {"metric": "fidelity.cosine_maen", "goal": "max"}]
+    (problem,) = problems_of(write_workflow(tmp_path, workflow))
+    assert problem.message == "unknown metric 'fidelity.cosine_maen'"
+    assert problem.where == "select.tie_break[1].metric"
+    assert problem.hint == "did you mean 'fidelity.cosine_mean'?"
+
+
+def test_an_unknown_tie_break_rule_is_refused(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"]["tie_break"] = ["smallest"]
+    problems = problems_of(write_workflow(tmp_path, workflow))
+    assert any(p.where.startswith("select.tie_break[0]") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("precision", 0), ("precision", -0.01), ("max_time_s", 0), ("confidence", 1.2), ("busy_cores", 0), ("min_rounds", 1)],
+)
+def test_bad_latency_comparison_options_exit_2_with_the_key_path(tmp_path, tiny_onnx, option, value):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["evaluate"][1]["config"][option] = value
+    path = write_workflow(tmp_path, workflow)
+    done = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f"evaluate[1].config.{option}" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
