@@ -235,6 +235,10 @@ class OnnxRuntimeTarget(Target):
         if not path.is_file():
             raise KilnError(f"target '{self.id}': no ONNX model file at {path}")
         providers: list[Any] = list(self.config.providers)
+        if any(name != CPU for name in providers) and hasattr(onnxruntime, "preload_dlls"):
+            # onnxruntime-gpu finds the CUDA / cuDNN libraries of pip's nvidia-* packages (torch's)
+            # only once they are preloaded; without it the CUDA provider silently drops out
+            onnxruntime.preload_dlls()
         try:
             session = onnxruntime.InferenceSession(
                 str(path), self.session_options(), providers=providers, provider_options=self.config.provider_options
