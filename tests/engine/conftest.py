@@ -97,7 +97,11 @@ def tiny_workflow(model_path: Path, **overrides: Any) -> dict[str, Any]:
         "steps": [{"id": "int8", "pass": "ort_quantize", "config": {"mode": "dynamic"}, "search": {"per_channel": [False, True]}}],
         "evaluate": [
             {"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}},
-            {"id": "latency", "evaluator": "latency", "config": {"batch_size": 1, "sequence_length": 16, "warmup": 2, "runs": 10}},
+            {
+                "id": "latency",
+                "evaluator": "latency",
+                "config": {"batch_size": 1, "sequence_length": 16, "warmup": 2, "runs": 10, "quiet_wait_s": 2},
+            },
         ],
         "select": {
             "objective": {"metric": "latency.p50_ms", "goal": "min"},

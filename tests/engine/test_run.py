@@ -43,6 +43,24 @@ def test_run_chooses_a_candidate_and_writes_outputs(tmp_path, tiny_onnx):
     assert "passes: 2 run" in done.stdout
 
 
+def test_records_carry_intervals_verdicts_and_the_load_of_each_timing(tmp_path, tiny_onnx):
+    path = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    done = run_cli(path, tmp_path / "store", tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    reference, *others = records
+    assert reference["metrics"]["latency.speedup"] == 1.0
+    for record in others:
+        speedup = record["intervals"]["latency.speedup"]
+        assert speedup["low"] <= record["metrics"]["latency.speedup"] <= speedup["high"]
+        assert record["intervals"]["fidelity.cosine_mean"]["confidence"] == 0.95
+        details = record["evaluations"]["latency"]["details"]
+        assert details["method"] == "interleaved rounds against the reference"
+        assert details["noise"]["others_cores_mean"] >= 0
+    assert all(record["verdict"] for record in records if record["feasible"])
+    assert "why: " in done.stdout  # the summary says why the chosen model won
+
+
 def test_second_run_runs_no_pass_and_no_evaluation(tmp_path, tiny_onnx):
     resolved = load_workflow(write_workflow(tmp_path, tiny_workflow(tiny_onnx)))
     store = Store(tmp_path / "store")

@@ -40,20 +40,28 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     first = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert first.returncode == 0, first.stdout + first.stderr
     records = {c["path"]: c for c in json.loads((out / "candidates.json").read_text())["candidates"]}
-    assert len(records) == 20 and all(c["state"] == "complete" for c in records.values())
+    assert len(records) == 22 and all(c["state"] == "complete" for c in records.values())
     fp32 = records["export"]
     assert fp32["reference"] and fp32["metrics"]["fidelity.cosine_mean"] == 1.0
     # what docs/stack.md measured by hand, found by the run: per-tensor dynamic INT8 and static QDQ of
-    # every op break the 0.99 bar; per-channel dynamic INT8 keeps it
+    # every op break the 0.99 bar (on any x86 host)
     per_tensor = records["export → int8(mode=dynamic, per_channel=false)"]
     assert per_tensor["feasible"] is False and "fidelity.cosine_mean" in per_tensor["violations"][0]
     static_all = records["export → int8(mode=static, per_channel=false, calibration=calibration, op_types_to_quantize=null)"]
     assert static_all["metrics"]["fidelity.cosine_mean"] < 0.8 and static_all["feasible"] is False
-    assert records["export → int8(mode=dynamic, per_channel=true)"]["feasible"]
     fused = records["export → fuse"]["steps"][1]["details"]
     assert fused["fused_operators"]["Attention"] == 6
+    # fidelity is judged on its lower bound over the held-out lines, and every candidate says why it won or lost
+    for record in records.values():
+        interval = record["intervals"].get("fidelity.cosine_mean")
+        if interval is not None and record["feasible"]:
+            assert interval["low"] >= 0.99
+        assert record["verdict"] or record["violations"]
+    # the workflow wins on an AVX2-only CPU and on one with AVX-512 VNNI: a model faster than FP32
+    # beyond the timing's interval, meeting the bar on its lower bound
     chosen = next(c for c in records.values() if c["chosen"])
-    assert chosen["feasible"] and chosen["metrics"]["latency.p50_ms"] < fp32["metrics"]["latency.p50_ms"]
+    assert chosen["feasible"] and not chosen["reference"]
+    assert chosen["intervals"]["latency.speedup"]["low"] > 1.0, chosen["verdict"]
     export_details = chosen["steps"][0]["details"]
     assert export_details["parity"]["max_abs_diff"] <= export_details["parity"]["tolerance"]
     import onnxruntime
@@ -81,7 +89,8 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
         if candidate["state"] == "complete" and candidate["feasible"]:
             assert reference["metrics"]["accuracy.top1"] - candidate["metrics"]["accuracy.top1"] <= 0.01
     chosen = next(c for c in records if c["chosen"])
-    assert chosen["metrics"]["latency.p50_ms"] <= reference["metrics"]["latency.p50_ms"]
+    # never a model slower than the reference beyond the timing's interval (the paired speedup)
+    assert chosen["reference"] or chosen["intervals"]["latency.speedup"]["high"] >= 1.0, chosen["verdict"]
 
 
 @pytest.mark.slow
@@ -96,9 +105,12 @@ def test_bert_openvino_chooses_per_target_from_one_export(tmp_path):
     ov_reference = next(c for c in by_target["ov-cpu"] if c["reference"])
     assert ov_reference["evaluations"]["latency"]["details"]["precision_hint"] == "f32"  # FP32 really is FP32
     ov_chosen = next(c for c in by_target["ov-cpu"] if c["chosen"])
-    assert ov_chosen["metrics"]["fidelity.cosine_mean"] >= 0.99
-    assert any(step["pass"] in ("nncf_quantize", "nncf_quantize_accuracy") for step in ov_chosen["steps"])
-    assert next(c for c in by_target["ort-cpu"] if c["chosen"])
+    assert ov_chosen["metrics"]["fidelity.cosine_mean"] >= 0.99 and ov_chosen["verdict"]
+    # on any x86 host the workflow finds a model faster than ONNX Runtime FP32 that meets the bar
+    # on its lower bound (with VNNI also NNCF INT8; on AVX2 the fused, accuracy-driven INT8)
+    ort_chosen = next(c for c in by_target["ort-cpu"] if c["chosen"])
+    assert not ort_chosen["reference"] and ort_chosen["intervals"]["latency.speedup"]["low"] > 1.0, ort_chosen["verdict"]
+    assert ort_chosen["intervals"]["fidelity.cosine_mean"]["low"] >= 0.99
     accuracy_controlled = [c for c in by_target["ov-cpu"] if any(s["pass"] == "nncf_quantize_accuracy" for s in c["steps"])]
     assert accuracy_controlled and all(c["state"] == "complete" for c in accuracy_controlled)
     import openvino
