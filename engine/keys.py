@@ -117,7 +117,9 @@ def timing_host(target: dict[str, Any]) -> dict[str, Any]:
 
 
 #: distributions whose versions change what a GPU timing measures (CUDA runtime, cuDNN, TensorRT, ...)
-_GPU_LIBRARIES = re.compile(r"^(nvidia-(cuda-runtime|cudnn|cublas|cufft|curand|nccl)(-cu\d+)?|tensorrt(-[a-z0-9]+)*|onnxruntime-gpu|torch)$", re.I)
+_GPU_LIBRARIES = re.compile(
+    r"^(nvidia-(cuda-runtime|cudnn|cublas|cufft|curand|nccl)(-cu\d+)?|tensorrt(-[a-z0-9]+)*|onnxruntime-gpu|torch)$", re.I
+)
 
 
 @cache

@@ -115,7 +115,7 @@ class OptunaSampler:
             self.study.tell(token, state=state.FAIL if result.state == "failed" else state.PRUNED)
             return
         self._set_constraints(token, _slacks(result, runner))
-        self.study.tell(token, result.metrics[objective])
+        self.study.tell(token, objective_value(result, runner))
 
     def _set_constraints(self, token: Any, values: dict[str, float]) -> None:
         if isinstance(token, self.optuna.trial.Trial):
@@ -141,11 +141,30 @@ class OptunaSampler:
         trial = self.optuna.trial.create_trial(
             params=params,
             distributions=distributions,
-            value=result.metrics[objective],
+            value=objective_value(result, runner),
             constraints=_slacks(result, runner),
             user_attrs={"baseline": True},
         )
         self.study.add_trial(trial)
+
+
+def objective_value(result: CandidateResult, runner: Runner) -> float:
+    """The objective as the sampler is told it. A timing objective measured as a paired speedup
+    is the reference's own figure scaled by the candidate's speedup, so a candidate timed during a
+    busy minute is not told as slow: the sampler learns what the choice is made on."""
+    objective = runner.resolved.spec.select.objective
+    value = result.metrics[objective.metric]
+    eval_id, _, name = objective.metric.partition(".")
+    entry = runner.resolved.evaluators.get(eval_id)
+    paired = f"{eval_id}.{entry.cls.paired_metrics[name]}" if entry is not None and name in entry.cls.paired_metrics else None
+    reference = runner.references.get(result.candidate.target)
+    if paired is None or paired not in result.metrics or reference is None or objective.metric not in reference.metrics:
+        return value
+    speedup = result.metrics[paired]
+    if speedup <= 0:
+        return value
+    anchor = reference.metrics[objective.metric]
+    return anchor / speedup if objective.goal == "min" else anchor * speedup
 
 
 def _slacks(result: CandidateResult, runner: Runner) -> dict[str, float]:
