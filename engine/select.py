@@ -225,11 +225,12 @@ def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
     return rules
 
 
-def _describe(result: CandidateResult, metric: str, interval: Interval) -> str:
-    short = result.candidate.id.split("/")[-1]
-    if interval.low == interval.high:
-        return f"#{short} {metric} {_fmt(interval.estimate)}"
-    return f"#{short} {metric} {_fmt(interval.estimate)} [{_fmt(interval.low)}, {_fmt(interval.high)}]"
+def _describe(result: CandidateResult | None, metric: str, interval: Interval) -> str:
+    """``#3 latency.speedup 1.52 [1.47, 1.58]`` (without the candidate's number when ``result`` is None)."""
+    figure = f"{metric} {_fmt(interval.estimate)}"
+    if interval.low != interval.high:
+        figure += f" [{_fmt(interval.low)}, {_fmt(interval.high)}]"
+    return figure if result is None else f"#{result.candidate.id.split('/')[-1]} {figure}"
 
 
 def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int]) -> None:
@@ -261,7 +262,7 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     elif len(ranked) == 1:
         runner_up = max((r for r in feasible if r is not chosen), key=lambda r: sign * intervals[r.candidate.id].estimate)
         chosen.verdict = (
-            f"best {_describe(chosen, metric, mine).split(' ', 1)[1]}, clear of the next best "
+            f"best {_describe(None, metric, mine)}, clear of the next best "
             f"({_describe(runner_up, metric, intervals[runner_up.candidate.id])})"
         )
     else:
