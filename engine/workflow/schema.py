@@ -27,10 +27,11 @@ def check_path_text(value: str) -> str:
 
 
 PathText = Annotated[str, AfterValidator(check_path_text)]
+MAX_SECONDS = 30 * 24 * 3600  # a time limit past 30 days is a typo
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class InputSpec(_Strict):
@@ -104,14 +105,16 @@ class StepSpec(_Strict):
         description="Options to search over: option name -> a list of values, or {low, high, log, step}, optionally with `when:`.",
     )
     optional: bool = Field(default=False, description="Skipping this step is a candidate too.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the step (and its candidates) after this many seconds.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="Fail the step (and its candidates) after this many seconds."
+    )
 
 
 class EvaluateSpec(_Strict):
     id: str = Field(pattern=ID_PATTERN, description="Name used in metric names: <id>.<metric>.")
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the evaluation after this many seconds.")
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, description="Fail the evaluation after this many seconds.")
     candidates: bool = Field(
         default=True,
         description="Measure every candidate with it. false: only passes that validate their own work use it (e.g. a fidelity on calibration data for accuracy-controlled quantization, kept apart from the held-out data that selects).",
@@ -151,13 +154,15 @@ class SearchSpec(_Strict):
         description="grid: every point, in order; random: uniform draws; tpe: optuna's Tree-structured Parzen Estimator. All seeded.",
     )
     max_candidates: int | None = Field(
-        default=None, ge=1, description="Evaluate at most this many candidates per target (baselines included)."
+        default=None, ge=1, le=1_000_000, description="Evaluate at most this many candidates per target (baselines included)."
     )
-    max_time_s: float | None = Field(default=None, gt=0, description="Stop asking for new candidates after this many seconds.")
+    max_time_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="Stop asking for new candidates after this many seconds."
+    )
     stop_when: list[Constraint] = Field(
         default_factory=list, description="Stop a target's search once a feasible candidate also meets all of these (a goal)."
     )
-    seed: int = Field(default=0, description="Seed for samplers and synthetic data.")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seed for samplers and synthetic data.")
     baselines: bool = Field(
         default=True, description="Evaluate the reference and each path with the passes' default options before any searched point."
     )
