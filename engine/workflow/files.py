@@ -31,6 +31,7 @@ ONNX_FIELDS = {  # ModelProto (onnx.proto): field number -> wire type (0 varint,
     26: 2,  # configuration
 }
 MAX_TOP_LEVEL_FIELDS = 100_000
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a Hugging Face config.json is a few kilobytes
 
 
 def user_path(base: Path, text: str) -> Path:
@@ -123,9 +124,13 @@ def hf_folder_problem(path: Path, weight_files: tuple[str, ...]) -> str | None:
     if problem:
         return f"config.json: {problem}"
     try:
-        if not isinstance(json.loads(config.read_bytes()[: 16 * 1024 * 1024]), dict):
+        with open(config, "rb") as handle:
+            text = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(text) > MAX_CONFIG_BYTES:
+            return f"config.json is larger than {MAX_CONFIG_BYTES // 1024 // 1024} MiB"
+        if not isinstance(json.loads(text), dict):
             return "config.json is not a JSON object"
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, RecursionError) as error:
         return f"config.json is not JSON ({error})"
     weights = [path / name for name in weight_files if exists(path / name)]
     for weight in weights:
