@@ -3,6 +3,7 @@ output folder, the store or a path the user gave as such."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -48,3 +49,36 @@ def test_a_plain_target_id_names_its_output_folder(tmp_path, tiny_onnx):
     workflow["targets"][0]["id"] = "cpu-int8_1"
     workflow["steps"][0]["targets"] = ["cpu-int8_1"]
     assert list(load_workflow(write_workflow(tmp_path, workflow)).targets) == ["cpu-int8_1"]
+
+
+def test_a_run_writes_only_into_its_output_folder_and_store(tmp_path, tiny_onnx):
+    """Everything a run writes lands in the output folder or the store: nothing in the working
+    directory or beside the workflow and its model. HOME and TMPDIR are left to libraries: ONNX
+    Runtime writes its telemetry ids there (~/.cache/Microsoft/DeveloperTools, $TMPDIR/.ses)."""
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["evaluate"][1]["config"]["runs"] = 3
+    path = write_workflow(tmp_path / "project", workflow)
+    for folder in ("cwd", "home", "tmp"):
+        (tmp_path / folder).mkdir()
+    before = {p for p in tmp_path.rglob("*")}
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "XDG_CACHE_HOME": str(tmp_path / "home" / ".cache"),
+    }
+    env.pop("KILN_STORE", None)
+    out, store = tmp_path / "out", tmp_path / "store"
+    done = subprocess.run(
+        [*engine_cmd(), "run", str(path), "-o", str(out), "--store", str(store), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path / "cwd",
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    kept = (out, store, tmp_path / "home", tmp_path / "tmp")
+    stray = [p for p in tmp_path.rglob("*") if p not in before and not any(p.is_relative_to(k) for k in kept)]
+    assert stray == []
+    assert (out / "cpu" / "model").is_dir()
