@@ -98,7 +98,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         skipped = [f"{t.id} ({t.availability.reason})" for t in resolved.targets.values() if not t.availability.ok]
         note = f"; targets unavailable here: {', '.join(skipped)}" if skipped else ""
         print(f"{file}: valid ({len(resolved.steps)} steps, {len(resolved.targets)} targets, {len(resolved.evaluators)} evaluations){note}")
+        _print_code(resolved)
     return code
+
+
+def _print_code(resolved: Any) -> None:
+    """Every piece of code the workflow runs: a workflow file is as powerful as code."""
+    from engine.workflow.code import code_of
+
+    uses = code_of(resolved)
+    if uses:
+        print(f"  runs code from {len(uses)} file{'s' if len(uses) != 1 else ''} (with your rights, in worker processes):")
+        for use in uses:
+            print(f"    {use.render()}")
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -109,6 +121,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
+    _print_code(resolved)
     runner = Runner(resolved, Store(_store_dir(args, resolved)), plan=build_plan(resolved))
     print_plan(runner, explain_misses=args.explain)
     return EXIT_OK

@@ -26,17 +26,16 @@ def chains_for(steps: dict[str, Step], target: str) -> list[list[Step]]:
     for sid, step in applies.items():
         children.setdefault(step.after, []).append(sid)
     chains: list[list[Step]] = []
-
-    def walk(sid: str, prefix: list[Step]) -> None:
-        path = [*prefix, applies[sid]]
+    stack = list(reversed(children.get(None, [])))  # depth first, in file order, without recursion
+    while stack:
+        sid = stack.pop()
         kids = children.get(sid, [])
         if not kids:
-            chains.append(path)
-        for kid in kids:
-            walk(kid, path)
-
-    for root in children.get(None, []):
-        walk(root, [])
+            chain = [applies[sid]]
+            while chain[-1].after is not None:
+                chain.append(applies[chain[-1].after])
+            chains.append(chain[::-1])
+        stack.extend(reversed(kids))
     return chains
 
 

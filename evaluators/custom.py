@@ -73,6 +73,7 @@ class Custom(Evaluator):
     metrics = ()
     dataset_options = ("data",)
     path_options = ("file",)
+    code_options = ("file",)
 
     class Config(EvaluatorConfig):
         file: str = Field(

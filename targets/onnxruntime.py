@@ -148,11 +148,15 @@ class OnnxRuntimeTarget(Target):
             description="Options for each provider, one mapping per entry of `providers`, in the same order (e.g. {device_id: 0}).",
         )
         intra_op_threads: int | None = Field(
-            default=None, ge=1, description="Threads used inside one operator. Omit to let ONNX Runtime choose (one per physical core)."
+            default=None,
+            ge=1,
+            le=1024,
+            description="Threads used inside one operator. Omit to let ONNX Runtime choose (one per physical core).",
         )
         inter_op_threads: int | None = Field(
             default=None,
             ge=1,
+            le=1024,
             description="Threads running independent operators at once; used only when execution_mode is parallel. Omit for the runtime default.",
         )
         graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(

@@ -206,10 +206,13 @@ class OpenVinoTarget(Target):
             default="LATENCY", description="OpenVINO's PERFORMANCE_HINT; null leaves the device default."
         )
         num_streams: int | None = Field(
-            default=None, ge=1, description="NUM_STREAMS: parallel inference streams. Omit to let the performance hint decide."
+            default=None, ge=1, le=1024, description="NUM_STREAMS: parallel inference streams. Omit to let the performance hint decide."
         )
         inference_num_threads: int | None = Field(
-            default=None, ge=1, description="INFERENCE_NUM_THREADS: threads for inference. Omit for the device default (all cores)."
+            default=None,
+            ge=1,
+            le=1024,
+            description="INFERENCE_NUM_THREADS: threads for inference. Omit for the device default (all cores).",
         )
         inference_precision_hint: PrecisionHint | None = Field(
             default=None,

@@ -5,13 +5,48 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+"""Names a person chooses (workflow, step, target, evaluation): they also name files and folders,
+so a letter first, then letters, digits, '_' and '-': never a '/', a '..' or an absolute path."""
+
+
+MAX_INT_OPTION = 2**31 - 1
+"""The largest integer an option holds unless its field says otherwise: counts (threads, runs,
+samples) end in C ints, and a count past this is a typo that would run for ever."""
+
+
+def _integers(value: Any) -> list[int]:
+    """The integers in ``value`` and in the lists and mappings it holds (two levels)."""
+    found: list[int] = []
+    level = [value]
+    for _ in range(3):
+        nested: list[Any] = []
+        for item in level:
+            if isinstance(item, int) and not isinstance(item, bool):
+                found.append(item)
+            elif isinstance(item, (list, tuple)):
+                nested.extend(item)
+            elif isinstance(item, dict):
+                nested.extend(item.values())
+        level = nested
+    return found
 
 
 class StrictConfig(BaseModel):
-    """Unknown keys are errors, values are validated, instances are immutable."""
+    """Unknown keys are errors, values are validated, instances are immutable; numbers are
+    finite and integers at most ``MAX_INT_OPTION``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded_integers(cls, value: Any, info: ValidationInfo) -> Any:
+        for number in _integers(value):
+            if abs(number) > MAX_INT_OPTION:
+                raise ValueError(f"{number} is out of range: '{info.field_name}' takes integers up to {MAX_INT_OPTION:,}")
+        return value
 
     def to_json(self) -> dict[str, Any]:
         """The full config with defaults included: what enters a cache key."""

@@ -81,6 +81,9 @@ class Evaluator(ABC):
     #: options that hold a file path: made absolute against the workflow's folder, checked to
     #: exist, and hashed by content into every evaluation key (a custom metric's code, say)
     path_options: ClassVar[tuple[str, ...]] = ()
+    #: path options naming a Python file whose code runs when the evaluator does (listed by
+    #: `engine validate` and `engine plan`; a path option ending in .py counts too)
+    code_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: EvaluatorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from engine.core.config import StrictConfig, library_versions
+from engine.core.config import ID_PATTERN, StrictConfig, library_versions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 class TargetConfig(StrictConfig):
     """Fields every target has; a runtime's config adds its own options."""
 
-    id: str = Field(description="Name chosen by the user; used in steps' `targets:` and in outputs.")
+    id: str = Field(
+        pattern=ID_PATTERN,
+        max_length=64,
+        description="Name chosen by the user; used in steps' `targets:` and names the target's output folder (a letter, then letters, digits, _ or -).",
+    )
     runtime: str = Field(description="Which runtime family runs models on this target.")
     device: str = Field(default="cpu", description="The device the runtime runs on.")
     resources: dict[str, float] | None = Field(

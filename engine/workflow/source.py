@@ -7,15 +7,16 @@ its lines are read by composing the same text as YAML, whose flow syntax covers 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+import stat
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from engine.core.errors import InputError, Problem
-
-Path_ = tuple[str | int, ...]
+from engine.workflow.parse import ParseError, Path_, check_values, parse_json, parse_yaml
 
 
 def key_path(parts: Path_) -> str:
@@ -48,43 +49,55 @@ class WorkflowSource:
         return Problem(where=key_path(parts), message=message, file=str(self.file), line=self.line_of(parts), **kwargs)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1's surprises: 'on'/'off'/'yes'/'no' stay strings."""
+MAX_FILE_BYTES = 4 * 1024 * 1024  # a 20,000-step workflow is about 1 MiB
 
 
-_Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool",
-    __import__("re").compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"),
-)
+def shown_path(text: str, limit: int = 200) -> str:
+    """A path as shown in a message: a 5,000-character name is cut, control characters escaped."""
+    shown = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-def _line_map(node: yaml.Node | None, parts: Path_ = (), out: dict[Path_, int] | None = None) -> dict[Path_, int]:
-    out = {} if out is None else out
-    if node is None:
-        return out
-    out.setdefault(parts, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            out[(*parts, key)] = key_node.start_mark.line + 1
-            _line_map(value_node, (*parts, key), out)
-            out[(*parts, key)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _line_map(item, (*parts, index), out)
-    return out
+def _refuse(file: Path, message: str, line: int | None = None, **kwargs: Any) -> InputError:
+    return InputError([Problem(where="", message=message, file=shown_path(str(file)), line=line, **kwargs)])
+
+
+def _read_text(file: Path) -> str:
+    """The file's text, refused quickly when it is not a regular file of a sane size: a FIFO,
+    /dev/zero or a directory is never read, a huge file never loaded."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise _refuse(file, "workflow file not found", given=shown_path(str(file)), hint="check the path") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise _refuse(file, f"cannot open the workflow file: {reason}", given=shown_path(str(file)), hint="check the path") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a special file"
+            raise _refuse(file, f"the workflow path is {kind}, not a regular file", hint="give the path of a .yaml or .json file")
+        raw = handle.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise _refuse(
+            file,
+            f"the workflow file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
+            given=f"{max(info.st_size, len(raw)):,} bytes",
+            hint="a workflow is a few kilobytes; check the path",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise _refuse(file, f"the file is not UTF-8 text ({error.reason})", line=line, hint="save the file as UTF-8") from None
+    if "\x00" in text:
+        raise _refuse(file, "the file holds a NUL byte", line=text.count("\n", 0, text.index("\x00")) + 1, hint="remove it")
+    return text
 
 
 def read_workflow(file: Path) -> WorkflowSource:
     """Parse ``file``; a file that cannot be read or parsed raises InputError with its line."""
     file = Path(file)
-    if not file.exists():
-        raise InputError([Problem(where="", message="workflow file not found", given=str(file), hint="check the path", file=str(file))])
     suffix = file.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise InputError(
@@ -93,20 +106,18 @@ def read_workflow(file: Path) -> WorkflowSource:
                     where="",
                     message="cannot tell the file's format",
                     expected=".yaml, .yml or .json",
-                    given=suffix or "no extension",
-                    file=str(file),
+                    given=shown_path(suffix) or "no extension",
+                    file=shown_path(str(file)),
                 )
             ]
         )
+    text = _read_text(file)
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError([Problem(where="", message=f"cannot read the file: {error}", file=str(file))]) from None
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.load(text, Loader=_Loader)
+        parsed = parse_json(text) if suffix == ".json" else parse_yaml(text)
+    except ParseError as error:
+        source = WorkflowSource(file=file, data=None)
+        problem = source.problem(error.where, error.message, hint=error.hint)
+        raise InputError([replace(problem, line=error.line)]) from None
     except json.JSONDecodeError as error:
         raise InputError(
             [
@@ -126,6 +137,7 @@ def read_workflow(file: Path) -> WorkflowSource:
         raise InputError(
             [Problem(where="", message=f"malformed YAML: {what}", file=str(file), line=line, hint="fix the syntax at the line shown")]
         ) from None
+    data = parsed.data
     if not isinstance(data, dict):
         raise InputError(
             [
@@ -139,8 +151,8 @@ def read_workflow(file: Path) -> WorkflowSource:
                 )
             ]
         )
-    try:
-        lines = _line_map(yaml.compose(text, Loader=_Loader))
-    except yaml.YAMLError:
-        lines = {}
-    return WorkflowSource(file=file, data=data, lines=lines)
+    source = WorkflowSource(file=file, data=data, lines=parsed.lines)
+    bad = check_values(data)
+    if bad:
+        raise InputError([source.problem(where, message, hint=hint) for where, message, hint in bad])
+    return source

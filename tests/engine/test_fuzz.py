@@ -1,0 +1,185 @@
+"""Mutated workflows fed to `engine validate`: whatever the file holds, the answer is exit 0 or
+2, a message and never a traceback, within a second.
+
+A seeded mutator (no extra dependency): each case starts from a small valid workflow and either
+changes its structure (drop, retype, rename, duplicate, nest a key) or its text (cut, insert
+syntax characters, duplicate lines, add anchors and aliases), in YAML or JSON. A failure prints
+the seed of the case, so it replays alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import tiny_workflow
+
+from engine.cli import main
+
+CASES = 300
+NASTY: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    2**31,
+    2**64,
+    10**40,
+    1e308,
+    0.5,
+    "",
+    "x",
+    "../../escape",
+    "/abs/path",
+    "a" * 5000,
+    "nul\x00byte",
+    "ünïcode",
+    [],
+    {},
+    [[[[[[]]]]]],
+    {"a": {"b": {"c": {}}}},
+    ["a", "b"],
+    [{"id": "x"}],
+]
+SYNTAX = [*":{}[],&*!|>-#'\"\n\t ?%@`", "&a ", "*a", "<<: *a", "---\n", "\\u0000", ": :", "- -"]
+
+
+def base_workflows(model: Path) -> list[dict[str, Any]]:
+    simple = tiny_workflow(model)
+    richer = tiny_workflow(model)
+    richer["targets"].append({"id": "cpu2", "runtime": "onnxruntime", "graph_optimization_level": "basic"})
+    richer["steps"] = [
+        {"id": "simplify", "pass": "onnx_simplify", "optional": True},
+        {
+            "id": "int8",
+            "pass": "ort_quantize",
+            "after": "simplify",
+            "targets": ["cpu"],
+            "search": {
+                "per_channel": [False, True],
+                "mode": ["dynamic", "static"],
+                "calibration": {"values": ["rows"], "when": {"mode": "static"}},
+            },
+        },
+        {"id": "fp16", "pass": "fp16", "after": "simplify", "timeout_s": 60},
+    ]
+    richer["search"] = {"sampler": "tpe", "max_candidates": 4, "seed": 1}
+    richer["output"] = {"dir": "out/fuzz", "keep": "pareto"}
+    return [simple, richer]
+
+
+def _containers(value: Any, found: list[Any]) -> list[Any]:
+    if isinstance(value, dict):
+        found.append(value)
+        for item in value.values():
+            _containers(item, found)
+    elif isinstance(value, list):
+        found.append(value)
+        for item in value:
+            _containers(item, found)
+    return found
+
+
+def mutate_structure(workflow: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    workflow = copy.deepcopy(workflow)
+    for _ in range(rng.randint(1, 3)):
+        target = rng.choice(_containers(workflow, []))
+        if isinstance(target, dict) and target:
+            key = rng.choice(list(target))
+            action = rng.choice(["drop", "retype", "rename", "add", "nest"])
+            if action == "drop":
+                del target[key]
+            elif action == "retype":
+                target[key] = copy.deepcopy(rng.choice(NASTY))
+            elif action == "rename":
+                target[key + rng.choice(["s", "_", "x"])] = target.pop(key)
+            elif action == "add":
+                target[rng.choice(["id", "after", "source", "search", "config", "when", "pass", "values", "low", "evaluator"])] = (
+                    copy.deepcopy(rng.choice(NASTY))
+                )
+            else:
+                target[key] = {key: target[key]}
+        elif isinstance(target, list) and target:
+            index = rng.randrange(len(target))
+            action = rng.choice(["drop", "retype", "duplicate"])
+            if action == "drop":
+                del target[index]
+            elif action == "retype":
+                target[index] = copy.deepcopy(rng.choice(NASTY))
+            else:
+                target.insert(index, copy.deepcopy(target[index]))
+    return workflow
+
+
+def mutate_text(text: str, rng: random.Random) -> str:
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(text) + 1)
+        action = rng.choice(["cut", "insert", "line", "truncate"])
+        if action == "cut":
+            text = text[:at] + text[at + rng.randint(1, 12) :]
+        elif action == "insert":
+            text = text[:at] + rng.choice(SYNTAX) + text[at:]
+        elif action == "line":
+            lines = text.splitlines(keepends=True)
+            if lines:
+                line = rng.randrange(len(lines))
+                lines.insert(line, lines[rng.randrange(len(lines))])
+                text = "".join(lines)
+        elif rng.random() < 0.3:
+            text = text[:at]
+    return text
+
+
+def make_case(seed: int, bases: list[dict[str, Any]], folder: Path) -> Path:
+    rng = random.Random(seed)
+    workflow = mutate_structure(rng.choice(bases), rng) if rng.random() < 0.6 else rng.choice(bases)
+    as_json = rng.random() < 0.4
+    text = json.dumps(workflow, indent=1, default=str) if as_json else yaml.safe_dump(workflow, sort_keys=False, allow_unicode=True)
+    if rng.random() < 0.5 or workflow in bases:
+        text = mutate_text(text, rng)
+    path = folder / f"case{seed}.{'json' if as_json else 'yaml'}"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    return path
+
+
+def validate(path: Path) -> tuple[int, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["validate", str(path)])
+    return code, out.getvalue() + err.getvalue(), time.monotonic() - started
+
+
+def test_the_unmutated_bases_are_valid(tmp_path, tiny_onnx):
+    for index, workflow in enumerate(base_workflows(tiny_onnx)):
+        path = tmp_path / f"base{index}.yaml"
+        path.write_text(yaml.safe_dump(workflow, sort_keys=False))
+        code, output, _ = validate(path)
+        assert code == 0, output
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_mutated_workflows_exit_0_or_2_without_a_traceback_each_within_a_second(tmp_path, tiny_onnx, chunk):
+    bases = base_workflows(tiny_onnx)
+    validate(make_case(0, bases, tmp_path))  # imports plugins once, outside the timing
+    codes = []
+    for seed in range(chunk * CASES // 3, (chunk + 1) * CASES // 3):
+        path = make_case(seed, bases, tmp_path)
+        try:
+            code, output, seconds = validate(path)
+        except BaseException as error:  # noqa: BLE001 - the bug this test exists to catch; show the case
+            pytest.fail(f"seed {seed}: {type(error).__name__}: {error}\n--- {path.name}\n{path.read_text()[:3000]}")
+        assert code in (0, 2), f"seed {seed}: exit {code}\n{output}"
+        assert "Traceback" not in output, f"seed {seed}\n{output}"
+        assert seconds < 1.0, f"seed {seed}: {seconds:.2f} s"
+        assert code == 0 or "problem" in output, f"seed {seed}: exit 2 without a message\n{output}"
+        codes.append(code)
+    assert 2 in codes  # the mutator does break workflows
