@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--store", type=Path)
     plan.add_argument("--explain", action="store_true", help="for each miss, say which part of its key changed since the last run")
 
+    verify = sub.add_parser("verify", help="hash every object and check every record of a store; --repair removes the damaged ones")
+    verify.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    verify.add_argument("--repair", action="store_true", help="remove damaged objects and bad records (the next run recomputes them)")
+
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
         listing = sub.add_parser(kind, help=f"list the {kind if kind != 'data' else 'data sources'}, or show one's options")
@@ -61,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_validate(args)
         if args.command == "plan":
             return _cmd_plan(args)
+        if args.command == "verify":
+            return _cmd_verify(args)
         if args.command == "schema":
             from engine.schema_doc import full_schema
 
@@ -114,8 +120,37 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from engine.store import Store
+    from engine.verify import verify_store
+
+    if args.store:
+        root = args.store
+    elif os.environ.get("KILN_STORE"):
+        root = Path(os.environ["KILN_STORE"]).expanduser()
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+    if not (root / "objects").is_dir() and not (root / "keys").is_dir():
+        raise InputError([Problem(where="--store", message="is not a Kiln store (no objects/ or keys/ folder)", given=str(root))])
+    report = verify_store(Store(root), repair=args.repair)
+    for digest, why in report.bad_objects.items():
+        print(f"object {digest}: {why}")
+    for key, why in report.bad_records.items():
+        print(f"record {key}: {why}")
+    print(
+        f"{root}: {report.objects_ok} objects and {report.records_ok} records verified; "
+        f"{len(report.bad_objects)} damaged objects, {len(report.bad_records)} bad records"
+    )
+    if report.removed:
+        print(f"repaired: removed {len(report.removed)} entries; the next run recomputes them")
+        return EXIT_OK
+    if not report.clean:
+        print("run `engine verify --repair` to remove them")
+    return EXIT_OK if report.clean else EXIT_NO_CHOICE
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.emit import write_outputs
+    from engine.emit import check_output_dir, write_outputs
     from engine.report import Progress, print_summary
     from engine.run import run_workflow
     from engine.store import Store
@@ -124,6 +159,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolved = load_workflow(args.workflow)
     store = Store(_store_dir(args, resolved))
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+    check_output_dir(output)
     if args.workers < 1:
         raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
     executor = None

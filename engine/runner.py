@@ -202,7 +202,7 @@ class Runner:
             parent_state = self.ensure_job(job.parent, state.candidate)
             parent = parent_state.artifact
         if parent is None:
-            state.status = "upstream-failed"
+            state.status = "skipped"
             state.error = f"its input, {self.plan.jobs[job.parent].label if job.parent else 'the input'}, failed"
             return state
         step = self.resolved.steps[job.step_id]
@@ -263,9 +263,11 @@ class Runner:
             result = CandidateResult(candidate=candidate, label=self.plan.label(candidate))
             self.results[candidate.id] = result
         model = self.input
-        for job_id in candidate.jobs:
+        for index, job_id in enumerate(candidate.jobs):
             state = self.ensure_job(job_id, candidate.id)
-            if state.status in ("failed", "upstream-failed"):
+            if state.status in ("failed", "skipped"):
+                for later in candidate.jobs[index + 1 :]:
+                    self.ensure_job(later, candidate.id)  # each ends "skipped": its input failed
                 failing = self._first_failure(job_id)
                 failed_state = self.jobs[failing]
                 label = self.plan.jobs[failing].label
@@ -291,7 +293,7 @@ class Runner:
 
     def _first_failure(self, job_id: str) -> str:
         """The job that actually failed (a job whose input failed points at its input)."""
-        while self.jobs[job_id].status == "upstream-failed":
+        while self.jobs[job_id].status == "skipped":
             parent = self.plan.jobs[job_id].parent
             assert parent is not None
             job_id = parent
