@@ -277,3 +277,22 @@ def test_staging_folders_of_dead_owners_are_removed_and_live_ones_kept(tmp_path)
     os.utime(unowned, (1, 1))
     assert sorted(store.clean_stale_staging()) == sorted([theirs, reused, unowned])
     assert mine.is_dir()
+
+
+def test_a_run_removes_the_staging_folders_of_killed_runs(tmp_path, tiny_onnx):
+    from conftest import tiny_workflow, write_workflow
+
+    from engine.run import run_workflow
+    from engine.workflow import load_workflow
+
+    store = Store(tmp_path / "store").ensure()
+    left = store.tmp / "pass-0123456789ab"
+    left.mkdir()
+    write_json_atomic(left / "owner.json", {"host": os.uname().nodename, "pid": 2**22 + 1, "started": 0.0})
+    (left / "out").mkdir()
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["search"] = {"per_channel": [False]}
+    workflow["evaluate"] = workflow["evaluate"][:1]
+    workflow["select"]["objective"] = {"metric": "fidelity.cosine_mean", "goal": "max"}
+    run_workflow(load_workflow(write_workflow(tmp_path, workflow)), store)
+    assert not left.exists()
