@@ -7,14 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from engine import __version__
 from engine.core.errors import InputError, KilnError, Problem
 
-EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,26 +57,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: workers killed, store consistent
+
+
+def _report_bug(error: BaseException) -> int:
+    """An error Kiln did not raise on purpose: say so, keep the traceback in a file, exit 3."""
+    folder = Path(os.environ.get("KILN_LOG_DIR") or tempfile.gettempdir())
+    path = folder / f"kiln-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"kiln {__version__}, argv {sys.argv}\n" + "".join(traceback.format_exception(error)), encoding="utf-8")
+        where = f"the traceback is in {path}"
+    except OSError:
+        traceback.print_exception(error)
+        where = "the traceback is above"
+    print(
+        f"internal error: {type(error).__name__}: {error}\nthis is a bug in Kiln; {where}. Please report it with that traceback.",
+        file=sys.stderr,
+    )
+    return EXIT_BUG
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
         return EXIT_OK
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        if args.command == "run":
-            return _cmd_run(args)
-        if args.command == "validate":
-            return _cmd_validate(args)
-        if args.command == "plan":
-            return _cmd_plan(args)
-        if args.command == "verify":
-            return _cmd_verify(args)
-        if args.command == "schema":
-            from engine.schema_doc import full_schema
-
-            print(json.dumps(full_schema(), indent=2))
-            return EXIT_OK
-        return _cmd_list(args.command, args.name)
+        return _dispatch(args)
     except InputError as error:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -82,12 +96,72 @@ def main(argv: list[str] | None = None) -> int:
     except KilnError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - the one place an engine bug is caught: to say so
+        return _report_bug(error)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "validate":
+        return _cmd_validate(args)
+    if args.command == "plan":
+        return _cmd_plan(args)
+    if args.command == "verify":
+        return _cmd_verify(args)
+    if args.command == "schema":
+        from engine.schema_doc import full_schema
+
+        print(json.dumps(full_schema(), indent=2))
+        return EXIT_OK
+    return _cmd_list(args.command, args.name)
 
 
 def _store_dir(args: argparse.Namespace, resolved: Any) -> Path:
     from engine.workflow import default_store_dir
 
     return args.store.resolve() if getattr(args, "store", None) else default_store_dir(resolved)
+
+
+def _open_store(args: argparse.Namespace, resolved: Any) -> Any:
+    """The store, created when new; a folder that cannot be one is bad input (exit 2)."""
+    from engine.store import Store
+
+    root = _store_dir(args, resolved)
+    try:
+        return Store(root).ensure()
+    except OSError as error:
+        where = "--store" if getattr(args, "store", None) else "cache.dir (or $KILN_STORE)"
+        raise InputError(
+            [
+                Problem(
+                    where=where,
+                    message=f"cannot be used as the artifact store: {error.strerror or error}",
+                    expected="a folder Kiln can create and write",
+                    given=str(root),
+                    hint="point --store at a writable folder",
+                )
+            ]
+        ) from error
+
+
+def _make_output(output: Path) -> None:
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(
+            [
+                Problem(
+                    where="--output",
+                    message=f"cannot be created: {error.strerror or error}",
+                    expected="a folder Kiln can create and write",
+                    given=str(output),
+                    hint="choose another --output (or output.dir)",
+                )
+            ]
+        ) from error
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -111,11 +185,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from engine.planner import build_plan
     from engine.report import print_plan
     from engine.runner import Runner
-    from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
-    runner = Runner(resolved, Store(_store_dir(args, resolved)), plan=build_plan(resolved))
+    runner = Runner(resolved, _open_store(args, resolved), plan=build_plan(resolved))
     print_plan(runner, explain_misses=args.explain)
     return EXIT_OK
 
@@ -153,13 +226,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from engine.emit import check_output_dir, write_outputs
     from engine.report import Progress, print_summary
     from engine.run import run_workflow
-    from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
-    store = Store(_store_dir(args, resolved))
+    store = _open_store(args, resolved)
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
     check_output_dir(output)
+    _make_output(output)
     if args.workers < 1:
         raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
     executor = None
