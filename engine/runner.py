@@ -158,7 +158,8 @@ class Runner:
                         "plugin": entry.cls.name,
                         "config": entry.config,
                         "input_model": self.input.to_json(),
-                    }
+                    },
+                    timeout_s=entry.cls.default_timeout_s,
                 )
                 if not outcome.ok:
                     self.dataset_errors[name] = outcome.error or "failed"
@@ -235,7 +236,7 @@ class Runner:
                         "datasets": self._datasets_for(self._pass_data_refs(step.pass_cls, job.config)),
                         "evaluations": self._evaluations_for(step.pass_cls, job.config),
                     },
-                    timeout_s=step.timeout_s,
+                    timeout_s=step.timeout_s or step.pass_cls.default_timeout_s,
                 )
             if not outcome.ok:
                 state.status, state.error = "failed", outcome.error
@@ -343,7 +344,7 @@ class Runner:
                             "target": target_spec(self.resolved, target_id),
                             "datasets": self._datasets_for(refs),
                         },
-                        timeout_s=entry.timeout_s,
+                        timeout_s=entry.timeout_s or entry.cls.default_timeout_s,
                     )
                 if not outcome.ok:
                     result.state, result.reason = "failed", f"evaluation {entry.id} failed: {outcome.error}"

@@ -60,6 +60,8 @@ class Evaluator(ABC):
     #: options that hold a file path: made absolute against the workflow's folder, checked to
     #: exist, and hashed by content into every evaluation key (a custom metric's code, say)
     path_options: ClassVar[tuple[str, ...]] = ()
+    #: how long one evaluation may run when the workflow sets no ``timeout_s``
+    default_timeout_s: ClassVar[float] = 3600.0
 
     def __init__(self, config: EvaluatorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -90,14 +90,22 @@ class StepSpec(_Strict):
         description="Options to search over: option name -> a list of values, or {low, high, log, step}, optionally with `when:`.",
     )
     optional: bool = Field(default=False, description="Skipping this step is a candidate too.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the step (and its candidates) after this many seconds.")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail the step (and its candidates) after this many seconds (default: the pass's own, shown by `engine passes NAME`).",
+    )
 
 
 class EvaluateSpec(_Strict):
     id: str = Field(pattern=ID_PATTERN, description="Name used in metric names: <id>.<metric>.")
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
-    timeout_s: float | None = Field(default=None, gt=0, description="Fail the evaluation after this many seconds.")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail the evaluation after this many seconds (default: the evaluator's own, shown by `engine evaluators NAME`).",
+    )
     candidates: bool = Field(
         default=True,
         description="Measure every candidate with it. false: only passes that validate their own work use it (e.g. a fidelity on calibration data for accuracy-controlled quantization, kept apart from the held-out data that selects).",

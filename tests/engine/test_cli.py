@@ -140,3 +140,10 @@ def test_sigterm_stops_a_run_like_ctrl_c(tmp_path, tiny_onnx, test_plugins):
     assert process.returncode == 130, err
     assert "interrupted" in err and "run the same command again" in err
     assert list((tmp_path / "store" / "tmp").iterdir()) == []  # its worker's staging went with it
+
+
+def test_plugin_listings_show_the_default_timeout(capsys):
+    assert main(["passes", "ort_quantize"]) == 0
+    assert "default timeout: 7200 s" in capsys.readouterr().out
+    assert main(["evaluators", "latency"]) == 0
+    assert "default timeout: 3600 s" in capsys.readouterr().out

@@ -254,3 +254,14 @@ def test_delivery_hashes_the_chosen_model_in_full(tmp_path, tiny_onnx):
     except KilnError as error:
         assert digest in str(error) and "run the same command again" in str(error).lower()
     assert not (tmp_path / "out").exists() and not store.object_path(digest).exists()
+
+
+# -- default timeouts (item 8) -----------------------------------------------------------------------
+def test_a_hanging_pass_without_timeout_s_fails_at_its_default(tmp_path, tiny_onnx, test_plugins):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"] = [{"id": "stuck", "pass": "hang", "config": {"seconds": 30}}]
+    started = time.perf_counter()
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"))
+    assert time.perf_counter() - started < 25
+    (stuck,) = [r for r in report.results if r.label.startswith("stuck")]
+    assert stuck.state == "failed" and "timed out after 2 s" in stuck.reason
