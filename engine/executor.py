@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,18 @@ def _signal_name(code: int) -> str:
 
 
 TIMED_OUT = "timed out"
+#: a worker enforces its own deadline this long after the engine's, which normally comes first
+WORKER_GRACE_S = 10.0
 
 
 def run_worker_process(python: str, job_file: str, log_path: str, timeout_s: float | None) -> int | str:
     """Run ``python -m engine.worker JOB`` with its output in ``log_path``; its exit code, or
     TIMED_OUT after killing its whole process group. Used locally and inside Ray tasks."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env["KILN_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (engine.worker)
+    env.pop("KILN_DEADLINE", None)
+    if timeout_s is not None:
+        env["KILN_DEADLINE"] = repr(time.time() + timeout_s + WORKER_GRACE_S)
     with open(log_path, "w", encoding="utf-8") as log:
         process = subprocess.Popen(
             [python, "-m", "engine.worker", job_file],
