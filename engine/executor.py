@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.locks import job_lock
 from engine.store import Store, write_json_atomic
 
 
@@ -22,6 +23,7 @@ class Outcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     log: Path | None = None
+    shared: bool = False  # another run built it while this one waited: nothing ran here
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -92,6 +94,15 @@ class LocalExecutor:
         return run_worker_process(self.python, str(job_file), str(log_path), timeout_s)
 
     def run(self, job: dict[str, Any], timeout_s: float | None = None) -> Outcome:
+        """Run ``job`` in a worker, unless another run sharing the store is building the same
+        key: then wait for it and return its record."""
+        with job_lock(self.store.root / "locks", job["key"], timeout_s) as waited:
+            record = self.store.lookup(job["key"]) if waited else None
+            if record is not None:
+                return Outcome(ok=True, record=record, shared=True)
+            return self._run(job, timeout_s)
+
+    def _run(self, job: dict[str, Any], timeout_s: float | None) -> Outcome:
         staging = self.store.staging(job["kind"])
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{job['key']}.log"

@@ -166,7 +166,10 @@ class Runner:
                     self.on_event("dataset_end", {"name": name, "ok": False, "error": outcome.error})
                     continue
                 record = outcome.record or {}
-                self.stats.datasets_run += 1
+                if outcome.shared:  # another run sharing the store read it while this one waited
+                    self.stats.datasets_cached += 1
+                else:
+                    self.stats.datasets_run += 1
             else:
                 self.stats.datasets_cached += 1
             self.dataset_paths[name] = str(self.store.object_path(record["digest"]) / "dataset.npz")
@@ -243,11 +246,14 @@ class Runner:
                 self.on_event("job_end", {"job": job.label, "status": "failed", "error": outcome.error})
                 return state
             record = outcome.record or {}
-            state.status = "ran"
+            state.status = "hit" if outcome.shared else "ran"  # shared: another run built it meanwhile
             with self._lock:
-                self.stats.passes_run += 1
-                self.stats.pass_seconds += float(record.get("duration_s") or 0.0)
-            self.on_event("job_end", {"job": job.label, "status": "ran", "seconds": record.get("duration_s")})
+                if outcome.shared:
+                    self.stats.passes_cached += 1
+                else:
+                    self.stats.passes_run += 1
+                    self.stats.pass_seconds += float(record.get("duration_s") or 0.0)
+            self.on_event("job_end", {"job": job.label, "status": state.status, "seconds": record.get("duration_s")})
         state.record = record
         state.artifact = ModelArtifact(
             format=record["format"], path=self.store.object_path(record["digest"]), digest=record["digest"], attrs=record.get("attrs") or {}
@@ -354,8 +360,11 @@ class Runner:
                     return
                 record = outcome.record or {}
                 with self._lock:
-                    self.stats.evals_run += 1
-                    self.stats.eval_seconds += float(record.get("duration_s") or 0.0)
+                    if outcome.shared:  # another run measured it while this one waited
+                        self.stats.evals_cached += 1
+                    else:
+                        self.stats.evals_run += 1
+                        self.stats.eval_seconds += float(record.get("duration_s") or 0.0)
                 self.on_event("eval_end", {"candidate": result.candidate.id, "evaluation": entry.id, "ok": True})
             result.metrics.update({f"{entry.id}.{name}": value for name, value in record["values"].items()})
             result.details[entry.id] = record.get("details") or {}
