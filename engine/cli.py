@@ -229,9 +229,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
-    store = _open_store(args, resolved)
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
     check_output_dir(output)
+    store = _open_store(args, resolved)
     _make_output(output)
     if args.workers < 1:
         raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
