@@ -11,11 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine import keys, registry
 from engine.core.artifact import ModelArtifact
+from engine.core.errors import InputError
 from engine.core.hashing import sha256_json
 from engine.executor import LocalExecutor, Outcome
 from engine.gate import Gate
@@ -32,10 +34,19 @@ def noop(kind: str, fields: dict[str, Any]) -> None:
     return None
 
 
+def located(resolved: ResolvedWorkflow, where: str, compute: Callable[[], str]) -> str:
+    """``compute()`` (a digest of user files), with a refused file placed in the workflow."""
+    try:
+        return compute()
+    except InputError as error:
+        problems = [replace(p, where=f"{where} ({p.where})", file=str(resolved.file)) for p in error.problems]
+        raise InputError(problems) from None
+
+
 def input_artifact(resolved: ResolvedWorkflow, store: Store) -> ModelArtifact:
     spec = resolved.input
     extra = {"function": spec.attrs["function"], "kwargs": spec.attrs.get("kwargs", {})} if spec.format == "torch" else None
-    digest = store.cached_digest(spec.path, spec.format, extra)
+    digest = located(resolved, "input.path", lambda: store.cached_digest(spec.path, spec.format, extra))
     return ModelArtifact(format=spec.format, path=spec.path, digest=digest, attrs=dict(spec.attrs))
 
 
@@ -77,7 +88,9 @@ class Runner:
     def compute_dataset_keys(self) -> dict[str, str]:
         for name, entry in self.resolved.datasets.items():
             file_digests = {
-                option: self.store.cached_digest(Path(entry.config[option]), "file")
+                option: located(
+                    self.resolved, f"data.{name}.{option}", lambda p=Path(entry.config[option]): self.store.cached_digest(p, "file")
+                )
                 for option in entry.cls.path_options
                 if entry.config.get(option) and entry.config[option] not in entry.cls.path_sentinels
             }

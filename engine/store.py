@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from engine import records
+from engine.core.errors import InputError
 from engine.core.hashing import SCHEME, iter_files, manifest, sha256_file, sha256_json
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,12 @@ class Store:
         Cheap (every use): the files present, their sizes, and their inode / mtime / ctime as
         published; a file whose stamp moved is hashed again. Full (delivery, ``engine verify``):
         every file hashed, the digest recomputed."""
+        try:
+            return self._check_object(digest, kind, full)
+        except InputError as error:  # a FIFO, a device or a symlink loop planted in an object
+            return f"holds something that is not a regular file ({error.problems[0].where})"
+
+    def _check_object(self, digest: str, kind: str | None, full: bool) -> str | None:
         folder = self.object_path(digest)
         if not folder.is_dir():
             return "is missing"
