@@ -295,5 +295,12 @@ class TargetSearch:
 def search(runner: Runner) -> None:
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=runner.gate.workers, thread_name_prefix="kiln") as pool:
-        for target in runner.plan.spaces:
-            TargetSearch(runner, target, started, pool).run()
+        try:
+            for target in runner.plan.spaces:
+                TargetSearch(runner, target, started, pool).run()
+        except BaseException:
+            # interrupted: the pool would wait for its threads' jobs; their workers are killed instead
+            stop = getattr(runner.executor, "stop", None)
+            if stop is not None:
+                stop()
+            raise

@@ -147,3 +147,27 @@ def test_plugin_listings_show_the_default_timeout(capsys):
     assert "default timeout: 7200 s" in capsys.readouterr().out
     assert main(["evaluators", "latency"]) == 0
     assert "default timeout: 3600 s" in capsys.readouterr().out
+
+
+def test_sigterm_with_parallel_workers_kills_them_instead_of_waiting(tmp_path, tiny_onnx, test_plugins):
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["steps"] = [{"id": "slow", "pass": "sleep", "search": {"seconds": [40.0, 41.0]}}]
+    path = write_workflow(tmp_path, workflow)
+    process = subprocess.Popen(
+        [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out"), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    staging = tmp_path / "store" / "tmp"
+    deadline = time.time() + 90
+    while time.time() < deadline and len(list(staging.glob("pass-*"))) < 2:
+        time.sleep(0.1)
+    assert len(list(staging.glob("pass-*"))) == 2, "the two sleep passes never ran at once"
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    started = time.perf_counter()
+    _, err = process.communicate(timeout=50)
+    assert process.returncode == 130, err
+    assert time.perf_counter() - started < 15  # not the 40 s the passes would sleep
+    assert list(staging.iterdir()) == []
