@@ -11,6 +11,9 @@ import pytest
 
 from engine.trials import OWNER_ATTR, Heartbeat, history_length, open_study, owner, reclaim_stale
 
+# these tests ask the study directly, as the engine does (it silences the same warning there)
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+
 
 @pytest.fixture
 def study(tmp_path):
