@@ -7,14 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from engine import __version__
 from engine.core.errors import InputError, KilnError, Problem
 
-EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--store", type=Path)
     plan.add_argument("--explain", action="store_true", help="for each miss, say which part of its key changed since the last run")
 
+    verify = sub.add_parser("verify", help="hash every object and check every record of a store; --repair removes the damaged ones")
+    verify.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    verify.add_argument("--repair", action="store_true", help="remove damaged objects and bad records (the next run recomputes them)")
+
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
         listing = sub.add_parser(kind, help=f"list the {kind if kind != 'data' else 'data sources'}, or show one's options")
@@ -49,24 +57,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: workers killed, store consistent
+
+
+def _report_bug(error: BaseException) -> int:
+    """An error Kiln did not raise on purpose: say so, keep the traceback in a file, exit 3."""
+    folder = Path(os.environ.get("KILN_LOG_DIR") or tempfile.gettempdir())
+    path = folder / f"kiln-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"kiln {__version__}, argv {sys.argv}\n" + "".join(traceback.format_exception(error)), encoding="utf-8")
+        where = f"the traceback is in {path}"
+    except OSError:
+        traceback.print_exception(error)
+        where = "the traceback is above"
+    print(
+        f"internal error: {type(error).__name__}: {error}\nthis is a bug in Kiln; {where}. Please report it with that traceback.",
+        file=sys.stderr,
+    )
+    return EXIT_BUG
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
         return EXIT_OK
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        if args.command == "run":
-            return _cmd_run(args)
-        if args.command == "validate":
-            return _cmd_validate(args)
-        if args.command == "plan":
-            return _cmd_plan(args)
-        if args.command == "schema":
-            from engine.schema_doc import full_schema
-
-            print(json.dumps(full_schema(), indent=2))
-            return EXIT_OK
-        return _cmd_list(args.command, args.name)
+        return _dispatch(args)
     except InputError as error:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -76,12 +96,72 @@ def main(argv: list[str] | None = None) -> int:
     except KilnError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - the one place an engine bug is caught: to say so
+        return _report_bug(error)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "validate":
+        return _cmd_validate(args)
+    if args.command == "plan":
+        return _cmd_plan(args)
+    if args.command == "verify":
+        return _cmd_verify(args)
+    if args.command == "schema":
+        from engine.schema_doc import full_schema
+
+        print(json.dumps(full_schema(), indent=2))
+        return EXIT_OK
+    return _cmd_list(args.command, args.name)
 
 
 def _store_dir(args: argparse.Namespace, resolved: Any) -> Path:
     from engine.workflow import default_store_dir
 
     return args.store.resolve() if getattr(args, "store", None) else default_store_dir(resolved)
+
+
+def _open_store(args: argparse.Namespace, resolved: Any) -> Any:
+    """The store, created when new; a folder that cannot be one is bad input (exit 2)."""
+    from engine.store import Store
+
+    root = _store_dir(args, resolved)
+    try:
+        return Store(root).ensure()
+    except OSError as error:
+        where = "--store" if getattr(args, "store", None) else "cache.dir (or $KILN_STORE)"
+        raise InputError(
+            [
+                Problem(
+                    where=where,
+                    message=f"cannot be used as the artifact store: {error.strerror or error}",
+                    expected="a folder Kiln can create and write",
+                    given=str(root),
+                    hint="point --store at a writable folder",
+                )
+            ]
+        ) from error
+
+
+def _make_output(output: Path) -> None:
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(
+            [
+                Problem(
+                    where="--output",
+                    message=f"cannot be created: {error.strerror or error}",
+                    expected="a folder Kiln can create and write",
+                    given=str(output),
+                    hint="choose another --output (or output.dir)",
+                )
+            ]
+        ) from error
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -117,26 +197,55 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from engine.planner import build_plan
     from engine.report import print_plan
     from engine.runner import Runner
-    from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
     _print_code(resolved)
-    runner = Runner(resolved, Store(_store_dir(args, resolved)), plan=build_plan(resolved))
+    runner = Runner(resolved, _open_store(args, resolved), plan=build_plan(resolved))
     print_plan(runner, explain_misses=args.explain)
     return EXIT_OK
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from engine.store import Store
+    from engine.verify import verify_store
+
+    if args.store:
+        root = args.store
+    elif os.environ.get("KILN_STORE"):
+        root = Path(os.environ["KILN_STORE"]).expanduser()
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+    if not (root / "objects").is_dir() and not (root / "keys").is_dir():
+        raise InputError([Problem(where="--store", message="is not a Kiln store (no objects/ or keys/ folder)", given=str(root))])
+    report = verify_store(Store(root), repair=args.repair)
+    for digest, why in report.bad_objects.items():
+        print(f"object {digest}: {why}")
+    for key, why in report.bad_records.items():
+        print(f"record {key}: {why}")
+    print(
+        f"{root}: {report.objects_ok} objects and {report.records_ok} records verified; "
+        f"{len(report.bad_objects)} damaged objects, {len(report.bad_records)} bad records"
+    )
+    if report.removed:
+        print(f"repaired: removed {len(report.removed)} entries; the next run recomputes them")
+        return EXIT_OK
+    if not report.clean:
+        print("run `engine verify --repair` to remove them")
+    return EXIT_OK if report.clean else EXIT_NO_CHOICE
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.emit import write_outputs
+    from engine.emit import check_output_dir, write_outputs
     from engine.report import Progress, print_summary
     from engine.run import run_workflow
-    from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
-    store = Store(_store_dir(args, resolved))
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+    check_output_dir(output)
+    store = _open_store(args, resolved)
+    _make_output(output)
     if args.workers < 1:
         raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
     executor = None

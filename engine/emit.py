@@ -1,7 +1,8 @@
 """Writing a run's outputs: the chosen model(s), candidates.json, workflow.lock.json.
 
-Each file and folder is written under a temporary name and renamed into place, so an output
-folder never holds half a model or half a record.
+Everything is written into a temporary folder beside the output folder, which is then switched
+into place with renames: an output folder never holds a model without its records, nor half of
+either. A model from the store is hashed in full before it is delivered.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from typing import Any
 
 from engine import __version__, keys
 from engine.core.config import library_versions
+from engine.core.errors import InputError, KilnError, Problem
 from engine.core.hashing import sha256_file
 from engine.results import CandidateResult, RunReport
 from engine.select import intervals_json, under_load
-from engine.store import write_json_atomic
+from engine.store import Store, write_json_atomic
+
+#: what a folder Kiln wrote holds at its top; a folder holding anything else is not replaced
+OUTPUT_MARKERS = ("candidates.json", "workflow.lock.json", "events.jsonl")
 
 
 def _copy_atomic(source: Path, destination: Path) -> None:
@@ -44,7 +49,10 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
     steps = []
     for job_id in result.candidate.jobs:
         job = plan.jobs[job_id]
-        state = report.jobs[job_id]
+        state = report.jobs.get(job_id)
+        if state is None:  # never reached (the search stopped first): still listed, with no state
+            steps.append({"step": job.step_id, "pass": report.resolved.steps[job.step_id].pass_name, "status": "pending"})
+            continue
         steps.append(
             {
                 "step": job.step_id,
@@ -53,6 +61,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
                 "key": state.key,
                 "digest": state.artifact.digest if state.artifact else None,
                 "status": state.status,
+                "error": state.error,
                 "details": (state.record or {}).get("details"),
                 "notes": (state.record or {}).get("notes", []),
             }
@@ -123,18 +132,69 @@ def lock_document(report: RunReport) -> dict[str, Any]:
     }
 
 
+def check_output_dir(output_dir: Path) -> None:
+    """Refuse, before anything runs, an output folder that holds files Kiln did not write: the
+    outputs replace the folder as a whole."""
+    if not output_dir.exists():
+        return
+    if not output_dir.is_dir():
+        raise InputError([Problem(where="--output", message="is not a folder", given=str(output_dir), hint="name a folder")])
+    names = {p.name for p in output_dir.iterdir()}
+    if names and not names & set(OUTPUT_MARKERS):
+        raise InputError(
+            [
+                Problem(
+                    where="--output",
+                    message="holds files that are not the outputs of a Kiln run; Kiln replaces its output folder as a whole",
+                    expected=f"a new or empty folder, or one an earlier run wrote ({', '.join(OUTPUT_MARKERS)})",
+                    given=f"{output_dir} with {', '.join(sorted(names)[:5])}",
+                    hint="choose another --output (or output.dir), or empty that folder",
+                )
+            ]
+        )
+
+
+def _deliverable(store: Store, result: CandidateResult) -> Path:
+    """The chosen model's folder, after a full check when it comes from the store."""
+    model = result.model
+    assert model is not None
+    if model.path.parent == store.objects:
+        why = store.check_object(model.digest, model.format, full=True)
+        if why:
+            store.discard_object(model.digest)
+            raise KilnError(
+                f"the stored model of {result.candidate.id} ({model.digest}) {why}; it was removed from the store. "
+                "Run the same command again to rebuild it."
+            )
+    return model.path
+
+
 def write_outputs(report: RunReport, output_dir: Path) -> Path:
-    output_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:8]}.tmp"
+    staging.mkdir()
+    try:
+        _write_into(report, staging, output_dir)
+        _switch(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    report.output_dir = output_dir
+    return output_dir
+
+
+def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
     keep = report.resolved.spec.output.keep
     for result in report.results:
         if result.model is None or result.state != "complete":
             continue
         if result.chosen:
-            _copy_atomic(result.model.path, output_dir / result.candidate.target / "model")
+            _copy_atomic(_deliverable(report.store, result), folder / result.candidate.target / "model")
         if keep == "all" or (keep == "pareto" and result.pareto):
-            _copy_atomic(result.model.path, output_dir / result.candidate.target / "candidates" / result.candidate.id.split("/")[-1])
+            _copy_atomic(result.model.path, folder / result.candidate.target / "candidates" / result.candidate.id.split("/")[-1])
     write_json_atomic(
-        output_dir / "candidates.json",
+        folder / "candidates.json",
         {
             "workflow": report.resolved.name,
             "candidates": [candidate_record(report, r) for r in report.results],
@@ -142,6 +202,18 @@ def write_outputs(report: RunReport, output_dir: Path) -> Path:
             "notes": report.plan.dropped,
         },
     )
-    write_json_atomic(output_dir / "workflow.lock.json", lock_document(report))
-    report.output_dir = output_dir
-    return output_dir
+    write_json_atomic(folder / "workflow.lock.json", lock_document(report))
+    events = output_dir / "events.jsonl"
+    if events.is_file():
+        shutil.copy2(events, folder / "events.jsonl")  # the log of every run into this folder
+
+
+def _switch(staging: Path, output_dir: Path) -> None:
+    """Put ``staging`` where ``output_dir`` is: two renames, the old folder removed after."""
+    if not output_dir.exists():
+        os.replace(staging, output_dir)
+        return
+    old = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:8]}.old"
+    os.replace(output_dir, old)
+    os.replace(staging, output_dir)
+    shutil.rmtree(old, ignore_errors=True)

@@ -8,10 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.locks import job_lock
 from engine.store import Store, write_json_atomic
 
 
@@ -21,6 +24,7 @@ class Outcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     log: Path | None = None
+    shared: bool = False  # another run built it while this one waited: nothing ran here
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -39,12 +43,21 @@ def _signal_name(code: int) -> str:
 
 
 TIMED_OUT = "timed out"
+#: a worker enforces its own deadline this long after the engine's, which normally comes first
+WORKER_GRACE_S = 10.0
 
 
-def run_worker_process(python: str, job_file: str, log_path: str, timeout_s: float | None) -> int | str:
+def run_worker_process(
+    python: str, job_file: str, log_path: str, timeout_s: float | None, stop: threading.Event | None = None
+) -> int | str:
     """Run ``python -m engine.worker JOB`` with its output in ``log_path``; its exit code, or
-    TIMED_OUT after killing its whole process group. Used locally and inside Ray tasks."""
+    TIMED_OUT after killing its whole process group. Used locally and inside Ray tasks. ``stop``
+    set (the engine interrupted in another thread) kills the worker and raises KeyboardInterrupt."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env["KILN_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (engine.worker)
+    env.pop("KILN_DEADLINE", None)
+    if timeout_s is not None:
+        env["KILN_DEADLINE"] = repr(time.time() + timeout_s + WORKER_GRACE_S)
     with open(log_path, "w", encoding="utf-8") as log:
         process = subprocess.Popen(
             [python, "-m", "engine.worker", job_file],
@@ -55,13 +68,28 @@ def run_worker_process(python: str, job_file: str, log_path: str, timeout_s: flo
             start_new_session=True,
         )
         try:
-            return process.wait(timeout=timeout_s)
+            return _wait(process, timeout_s, stop)
         except subprocess.TimeoutExpired:
             _kill(process)
             return TIMED_OUT
         except BaseException:  # Ctrl-C or the engine being stopped: take the worker down too
             _kill(process)
             raise
+
+
+def _wait(process: subprocess.Popen[bytes], timeout_s: float | None, stop: threading.Event | None) -> int:
+    if stop is None:
+        return process.wait(timeout=timeout_s)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        step = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+        try:
+            return process.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            if stop.is_set():
+                raise KeyboardInterrupt from None
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -80,11 +108,25 @@ class LocalExecutor:
         self.store = store
         self.python = python or sys.executable
         self.logs = store.root / "logs"
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Kill the workers other threads are waiting on (the run was interrupted)."""
+        self._stop.set()
 
     def execute(self, job: dict[str, Any], job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
-        return run_worker_process(self.python, str(job_file), str(log_path), timeout_s)
+        return run_worker_process(self.python, str(job_file), str(log_path), timeout_s, self._stop)
 
     def run(self, job: dict[str, Any], timeout_s: float | None = None) -> Outcome:
+        """Run ``job`` in a worker, unless another run sharing the store is building the same
+        key: then wait for it and return its record."""
+        with job_lock(self.store.root / "locks", job["key"], timeout_s) as waited:
+            record = self.store.lookup(job["key"]) if waited else None
+            if record is not None:
+                return Outcome(ok=True, record=record, shared=True)
+            return self._run(job, timeout_s)
+
+    def _run(self, job: dict[str, Any], timeout_s: float | None) -> Outcome:
         staging = self.store.staging(job["kind"])
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{job['key']}.log"

@@ -315,6 +315,9 @@ def print_plugin(kind: str, cls: Any) -> None:
         if hasattr(cls, attr):
             value = getattr(cls, attr)
             console.print(f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else value}")
+    if hasattr(cls, "default_timeout_s"):
+        how = "" if kind == "datasources" else " (a step's or evaluation's timeout_s overrides it)"
+        console.print(f"  default timeout: {cls.default_timeout_s:g} s{how}")
     table = Table(title="options", title_justify="left")
     for column in ("option", "type", "default", "description"):
         table.add_column(column, overflow="fold")

@@ -17,7 +17,7 @@ from engine.workflow.resolve import ResolvedWorkflow
 class JobState:
     job_id: str
     key: str | None = None
-    status: str = "pending"  # hit | ran | failed | upstream-failed
+    status: str = "pending"  # hit | ran | failed | skipped (its input failed)
     artifact: ModelArtifact | None = None
     record: dict[str, Any] | None = None
     error: str | None = None

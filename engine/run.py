@@ -24,6 +24,7 @@ def run_workflow(
 ) -> RunReport:
     """Run the search the workflow asks for (cache first), then rank the candidates."""
     started = time.perf_counter()
+    store.ensure().clean_stale_staging()  # what killed runs left half-written
     runner = Runner(resolved, store, on_event, executor, workers=workers, exclusive_timing=exclusive_timing)
     runner.materialize_datasets()
     search(runner)

@@ -11,11 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine import keys, registry
 from engine.core.artifact import ModelArtifact
+from engine.core.errors import InputError
 from engine.core.hashing import sha256_json
 from engine.executor import LocalExecutor, Outcome
 from engine.gate import Gate
@@ -32,10 +34,19 @@ def noop(kind: str, fields: dict[str, Any]) -> None:
     return None
 
 
+def located(resolved: ResolvedWorkflow, where: str, compute: Callable[[], str]) -> str:
+    """``compute()`` (a digest of user files), with a refused file placed in the workflow."""
+    try:
+        return compute()
+    except InputError as error:
+        problems = [replace(p, where=f"{where} ({p.where})", file=str(resolved.file)) for p in error.problems]
+        raise InputError(problems) from None
+
+
 def input_artifact(resolved: ResolvedWorkflow, store: Store) -> ModelArtifact:
     spec = resolved.input
     extra = {"function": spec.attrs["function"], "kwargs": spec.attrs.get("kwargs", {})} if spec.format == "torch" else None
-    digest = store.cached_digest(spec.path, spec.format, extra)
+    digest = located(resolved, "input.path", lambda: store.cached_digest(spec.path, spec.format, extra))
     return ModelArtifact(format=spec.format, path=spec.path, digest=digest, attrs=dict(spec.attrs))
 
 
@@ -77,7 +88,9 @@ class Runner:
     def compute_dataset_keys(self) -> dict[str, str]:
         for name, entry in self.resolved.datasets.items():
             file_digests = {
-                option: self.store.cached_digest(Path(entry.config[option]), "file")
+                option: located(
+                    self.resolved, f"data.{name}.{option}", lambda p=Path(entry.config[option]): self.store.cached_digest(p, "file")
+                )
                 for option in entry.cls.path_options
                 if entry.config.get(option) and entry.config[option] not in entry.cls.path_sentinels
             }
@@ -158,14 +171,18 @@ class Runner:
                         "plugin": entry.cls.name,
                         "config": entry.config,
                         "input_model": self.input.to_json(),
-                    }
+                    },
+                    timeout_s=entry.cls.default_timeout_s,
                 )
                 if not outcome.ok:
                     self.dataset_errors[name] = outcome.error or "failed"
                     self.on_event("dataset_end", {"name": name, "ok": False, "error": outcome.error})
                     continue
                 record = outcome.record or {}
-                self.stats.datasets_run += 1
+                if outcome.shared:  # another run sharing the store read it while this one waited
+                    self.stats.datasets_cached += 1
+                else:
+                    self.stats.datasets_run += 1
             else:
                 self.stats.datasets_cached += 1
             self.dataset_paths[name] = str(self.store.object_path(record["digest"]) / "dataset.npz")
@@ -202,7 +219,7 @@ class Runner:
             parent_state = self.ensure_job(job.parent, state.candidate)
             parent = parent_state.artifact
         if parent is None:
-            state.status = "upstream-failed"
+            state.status = "skipped"
             state.error = f"its input, {self.plan.jobs[job.parent].label if job.parent else 'the input'}, failed"
             return state
         step = self.resolved.steps[job.step_id]
@@ -235,18 +252,21 @@ class Runner:
                         "datasets": self._datasets_for(self._pass_data_refs(step.pass_cls, job.config)),
                         "evaluations": self._evaluations_for(step.pass_cls, job.config),
                     },
-                    timeout_s=step.timeout_s,
+                    timeout_s=step.timeout_s or step.pass_cls.default_timeout_s,
                 )
             if not outcome.ok:
                 state.status, state.error = "failed", outcome.error
                 self.on_event("job_end", {"job": job.label, "status": "failed", "error": outcome.error})
                 return state
             record = outcome.record or {}
-            state.status = "ran"
+            state.status = "hit" if outcome.shared else "ran"  # shared: another run built it meanwhile
             with self._lock:
-                self.stats.passes_run += 1
-                self.stats.pass_seconds += float(record.get("duration_s") or 0.0)
-            self.on_event("job_end", {"job": job.label, "status": "ran", "seconds": record.get("duration_s")})
+                if outcome.shared:
+                    self.stats.passes_cached += 1
+                else:
+                    self.stats.passes_run += 1
+                    self.stats.pass_seconds += float(record.get("duration_s") or 0.0)
+            self.on_event("job_end", {"job": job.label, "status": state.status, "seconds": record.get("duration_s")})
         state.record = record
         state.artifact = ModelArtifact(
             format=record["format"], path=self.store.object_path(record["digest"]), digest=record["digest"], attrs=record.get("attrs") or {}
@@ -263,9 +283,11 @@ class Runner:
             result = CandidateResult(candidate=candidate, label=self.plan.label(candidate))
             self.results[candidate.id] = result
         model = self.input
-        for job_id in candidate.jobs:
+        for index, job_id in enumerate(candidate.jobs):
             state = self.ensure_job(job_id, candidate.id)
-            if state.status in ("failed", "upstream-failed"):
+            if state.status in ("failed", "skipped"):
+                for later in candidate.jobs[index + 1 :]:
+                    self.ensure_job(later, candidate.id)  # each ends "skipped": its input failed
                 failing = self._first_failure(job_id)
                 failed_state = self.jobs[failing]
                 label = self.plan.jobs[failing].label
@@ -291,7 +313,7 @@ class Runner:
 
     def _first_failure(self, job_id: str) -> str:
         """The job that actually failed (a job whose input failed points at its input)."""
-        while self.jobs[job_id].status == "upstream-failed":
+        while self.jobs[job_id].status == "skipped":
             parent = self.plan.jobs[job_id].parent
             assert parent is not None
             job_id = parent
@@ -341,7 +363,7 @@ class Runner:
                             "target": target_spec(self.resolved, target_id),
                             "datasets": self._datasets_for(refs),
                         },
-                        timeout_s=entry.timeout_s,
+                        timeout_s=entry.timeout_s or entry.cls.default_timeout_s,
                     )
                 if not outcome.ok:
                     result.state, result.reason = "failed", f"evaluation {entry.id} failed: {outcome.error}"
@@ -351,8 +373,11 @@ class Runner:
                     return
                 record = outcome.record or {}
                 with self._lock:
-                    self.stats.evals_run += 1
-                    self.stats.eval_seconds += float(record.get("duration_s") or 0.0)
+                    if outcome.shared:  # another run measured it while this one waited
+                        self.stats.evals_cached += 1
+                    else:
+                        self.stats.evals_run += 1
+                        self.stats.eval_seconds += float(record.get("duration_s") or 0.0)
                 self.on_event("eval_end", {"candidate": result.candidate.id, "evaluation": entry.id, "ok": True})
             result.metrics.update({f"{entry.id}.{name}": value for name, value in record["values"].items()})
             result.samples.update({f"{entry.id}.{name}": sample for name, sample in (record.get("samples") or {}).items()})

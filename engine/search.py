@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from engine.core.hashing import sha256_json
@@ -25,6 +27,7 @@ from engine.results import CandidateResult
 from engine.runner import Runner
 from engine.select import judge, slack
 from engine.space import Point, TargetSpace
+from engine.trials import Heartbeat, file_lock, history_length, open_study, reclaim_stale
 
 log = logging.getLogger(__name__)
 #: consecutive asks that only found points already processed before a sampler is deemed exhausted
@@ -59,11 +62,14 @@ class GridSampler:
     def tell_baseline(self, point: Point, result: CandidateResult, runner: Runner) -> None:
         return None
 
+    def close(self) -> None:
+        return None
+
 
 class OptunaSampler:
     """optuna proposes, the engine disposes: ask → point → (engine processes) → tell."""
 
-    def __init__(self, kind: str, space: TargetSpace, storage: str, study_name: str, seed: int, goal: str) -> None:
+    def __init__(self, kind: str, space: TargetSpace, storage: str, study_name: str, seed: int, goal: str, lock: Path) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,9 +77,9 @@ class OptunaSampler:
         self.kind = kind
         self.space = space
         self.seed = seed
-        self.study = optuna.create_study(
-            study_name=study_name, storage=storage, load_if_exists=True, direction="maximize" if goal == "max" else "minimize"
-        )
+        self.lock = lock  # serializes study creation and baseline trials between runs sharing the store
+        self.study = open_study(optuna, storage, study_name, "maximize" if goal == "max" else "minimize", lock)
+        self.heartbeat = Heartbeat(self.study._storage)
 
     def _sampler(self, number: int) -> Any:
         # one seed per (search seed, trial number), hashed: seed + number would make seed 1's
@@ -99,23 +105,37 @@ class OptunaSampler:
         return [(t.number, self._point(t.params)) for t in self.study.get_trials(deepcopy=False, states=done)]
 
     def stale(self) -> list[tuple[Any, Point]]:
-        """Trials a killed run left RUNNING: they are processed again (from the cache) and told."""
-        running = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.RUNNING,))
-        return [(t.number, self._point(t.params)) for t in running]
+        """Trials left RUNNING by runs that are gone (never by live ones sharing the study): they
+        are failed and their points enqueued again, so the next asks process them (from the
+        cache). Nothing is returned: the asks carry them (engine.trials)."""
+        reclaim_stale(self.optuna, self.study)
+        return []
 
     def ask(self) -> tuple[Any, Point] | None:
-        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
-        trial = self.study.ask()
+        self.study.sampler = self._sampler(history_length(self.study.get_trials(deepcopy=False)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
+            trial = self.study.ask()
+        self.heartbeat.claim(trial._trial_id)
         return trial, self.space.suggest(trial)
 
     def tell(self, token: Any, result: CandidateResult, runner: Runner) -> None:
         objective = runner.resolved.spec.select.objective.metric
         state = self.optuna.trial.TrialState
-        if result.state != "complete" or objective not in result.metrics:
-            self.study.tell(token, state=state.FAIL if result.state == "failed" else state.PRUNED)
-            return
-        self._set_constraints(token, _slacks(result, runner))
-        self.study.tell(token, objective_value(result, runner))
+        if isinstance(token, self.optuna.trial.Trial):
+            self.heartbeat.release(token._trial_id)
+        try:
+            if result.state != "complete" or objective not in result.metrics:
+                self.study.tell(token, state=state.FAIL if result.state == "failed" else state.PRUNED, skip_if_finished=True)
+                return
+            self._set_constraints(token, _slacks(result, runner))
+            self.study.tell(token, objective_value(result, runner), skip_if_finished=True)
+        except self.optuna.exceptions.UpdateFinishedTrialError:
+            # a run that took this trial for a dead one's finished it first: same point, same figures
+            log.info("trial %s was finished by another run", getattr(token, "number", token))
+
+    def close(self) -> None:
+        self.heartbeat.close()
 
     def _set_constraints(self, token: Any, values: dict[str, float]) -> None:
         if isinstance(token, self.optuna.trial.Trial):
@@ -136,16 +156,17 @@ class OptunaSampler:
         if distributions is None or result.state != "complete" or objective not in result.metrics:
             return
         params = self.space.to_optuna(point)
-        if any(t.params == params for t in self.study.get_trials(deepcopy=False)):
-            return  # told in an earlier run
-        trial = self.optuna.trial.create_trial(
-            params=params,
-            distributions=distributions,
-            value=objective_value(result, runner),
-            constraints=_slacks(result, runner),
-            user_attrs={"baseline": True},
-        )
-        self.study.add_trial(trial)
+        with file_lock(self.lock):  # two runs must not both add it
+            if any(t.params == params for t in self.study.get_trials(deepcopy=False)):
+                return  # told in an earlier run
+            trial = self.optuna.trial.create_trial(
+                params=params,
+                distributions=distributions,
+                value=objective_value(result, runner),
+                constraints=_slacks(result, runner),
+                user_attrs={"baseline": True},
+            )
+            self.study.add_trial(trial)
 
 
 def objective_value(result: CandidateResult, runner: Runner) -> float:
@@ -193,7 +214,9 @@ class TargetSearch:
             return GridSampler(self.space)
         storage = self.spec.storage or f"sqlite:///{self.runner.store.root / 'search.db'}"
         study = f"{run_id(self.runner)}/{self.target}"
-        return OptunaSampler(self.spec.sampler, self.space, storage, study, self.spec.seed, self.runner.resolved.spec.select.objective.goal)
+        goal = self.runner.resolved.spec.select.objective.goal
+        lock = self.runner.store.root / "locks" / "search.lock"
+        return OptunaSampler(self.spec.sampler, self.space, storage, study, self.spec.seed, goal, lock)
 
     def budget_left(self) -> bool:
         if self.spec.max_candidates is not None and len(self.seen) >= self.spec.max_candidates:
@@ -231,6 +254,13 @@ class TargetSearch:
         if reference is not None:
             self.process_all([reference])
         sampler = self.sampler()
+        try:
+            self._search(sampler)
+        finally:
+            sampler.close()
+
+    def _search(self, sampler: GridSampler | OptunaSampler) -> None:
+        plan = self.runner.plan
         if self.spec.baselines:
             baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen]
             baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
@@ -283,5 +313,12 @@ class TargetSearch:
 def search(runner: Runner) -> None:
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=runner.gate.workers, thread_name_prefix="kiln") as pool:
-        for target in runner.plan.spaces:
-            TargetSearch(runner, target, started, pool).run()
+        try:
+            for target in runner.plan.spaces:
+                TargetSearch(runner, target, started, pool).run()
+        except BaseException:
+            # interrupted: the pool would wait for its threads' jobs; their workers are killed instead
+            stop = getattr(runner.executor, "stop", None)
+            if stop is not None:
+                stop()
+            raise

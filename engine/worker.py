@@ -8,10 +8,13 @@ missing result file as a failure of this job.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -175,10 +178,46 @@ def run_dataset(job: dict[str, Any], store: Store) -> dict[str, Any]:
 
 
 RUNNERS = {"pass": run_pass, "eval": run_eval, "dataset": run_dataset}
+PR_SET_PDEATHSIG = 1
+
+
+def _die(why: str) -> None:
+    """End this worker and whatever it started (it leads its own process group)."""
+    log.error("%s; stopping", why)
+    logging.shutdown()
+    if os.getpgid(0) == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(124)
+
+
+def _watch(parent: int | None, deadline: float | None) -> None:
+    """The worker's own guard: it dies with the engine that started it (PR_SET_PDEATHSIG on
+    Linux, and a thread polling the parent's pid everywhere) and at its own deadline, so a
+    hanging runtime never outlives a killed engine or its timeout."""
+    if parent is not None and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            log.warning("PR_SET_PDEATHSIG is not available; the watchdog thread alone guards this worker")
+    if parent is not None and os.getppid() != parent:
+        _die(f"the engine (pid {parent}) exited before this worker started")
+
+    def loop() -> None:
+        while True:
+            if parent is not None and os.getppid() != parent:
+                _die(f"the engine (pid {parent}) is gone")
+            if deadline is not None and time.time() > deadline:
+                _die("this job ran past its deadline")
+            time.sleep(0.5)
+
+    if parent is not None or deadline is not None:
+        threading.Thread(target=loop, name="kiln-watchdog", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    parent, deadline = os.environ.get("KILN_PARENT_PID"), os.environ.get("KILN_DEADLINE")
+    _watch(int(parent) if parent else None, float(deadline) if deadline else None)
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -202,6 +202,8 @@ class DataSource(ABC):
     version: ClassVar[str] = "1"
     Config: ClassVar[type[DataSourceConfig]] = DataSourceConfig
     libraries: ClassVar[tuple[str, ...]] = ()
+    #: how long reading the dataset may take (a dataset has no ``timeout_s`` of its own)
+    default_timeout_s: ClassVar[float] = 3600.0
     #: option names that hold a path, resolved against the workflow's folder and hashed by content
     path_options: ClassVar[tuple[str, ...]] = ()
     #: values of path options that name something other than a path (``tokenizer: input``)

@@ -84,6 +84,8 @@ class Evaluator(ABC):
     #: path options naming a Python file whose code runs when the evaluator does (listed by
     #: `engine validate` and `engine plan`; a path option ending in .py counts too)
     code_options: ClassVar[tuple[str, ...]] = ()
+    #: how long one evaluation may run when the workflow sets no ``timeout_s``
+    default_timeout_s: ClassVar[float] = 3600.0
 
     def __init__(self, config: EvaluatorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

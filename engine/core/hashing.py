@@ -9,9 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from engine.core.errors import InputError, Problem
 
 SCHEME = "kiln-1"
 _CHUNK = 1 << 20
@@ -48,15 +51,70 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _refuse(path: Path, message: str, given: str) -> InputError:
+    return InputError(
+        [
+            Problem(
+                where=str(path),
+                message=message,
+                expected="regular files and folders (symlinks to them are followed)",
+                given=given,
+                hint="remove it, or point the workflow at a folder holding only the model's files",
+            )
+        ]
+    )
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
+def _stat(path: Path) -> os.stat_result:
+    """``stat`` following symlinks; a dangling symlink or a symlink loop is refused, located."""
+    try:
+        return path.stat()
+    except FileNotFoundError as error:
+        if path.is_symlink():
+            raise _refuse(path, "is a symlink to nothing", f"a link to {os.readlink(path)}") from error
+        raise _refuse(path, "does not exist", "a missing path") from error
+    except OSError as error:  # ELOOP: a symlink that points back at itself
+        raise _refuse(path, f"cannot be read: {error.strerror or error}", "a symlink loop or an unreadable path") from error
+
+
 def iter_files(root: Path) -> Iterable[Path]:
-    """Every regular file below ``root`` in a stable order (symlinks followed, hidden files kept)."""
-    if root.is_file():
+    """Every regular file below ``root`` in a stable order (symlinks followed, hidden files kept).
+
+    Special files (FIFOs, devices, sockets: reading one can hang forever), dangling symlinks and
+    symlinks that lead back to a folder being walked are refused with an ``InputError`` naming
+    the path, before any byte is read."""
+    root = Path(root)
+    top = _stat(root)
+    if stat.S_ISREG(top.st_mode):
         yield root
         return
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames.sort()
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
+    if not stat.S_ISDIR(top.st_mode):
+        raise _refuse(root, f"is {_kind(top.st_mode)}, not a file or folder", _kind(top.st_mode))
+    # depth first, files of a folder before its subfolders, names sorted (as os.walk gave them)
+    stack: list[tuple[Path, tuple[tuple[int, int], ...]]] = [(root, ((top.st_dev, top.st_ino),))]
+    while stack:
+        folder, ancestors = stack.pop()
+        files, folders = [], []
+        for name in sorted(os.listdir(folder)):
+            path = folder / name
+            info = _stat(path)
+            if stat.S_ISREG(info.st_mode):
+                files.append(path)
+            elif stat.S_ISDIR(info.st_mode):
+                if (info.st_dev, info.st_ino) in ancestors:
+                    raise _refuse(path, "leads back to a folder that contains it (a symlink loop)", f"a link to {os.path.realpath(path)}")
+                folders.append((path, (*ancestors, (info.st_dev, info.st_ino))))
+            else:
+                raise _refuse(path, f"is {_kind(info.st_mode)}; Kiln hashes only regular files", _kind(info.st_mode))
+        yield from files
+        stack.extend(reversed(folders))
 
 
 def manifest(root: Path) -> list[dict[str, Any]]:

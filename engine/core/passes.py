@@ -97,6 +97,9 @@ class Pass(ABC):
     #: names of options that hold an evaluation id of the workflow's ``evaluate`` list; the
     #: engine then gives the pass ``ctx.measure`` and puts those evaluations' configs in its key
     evaluation_options: ClassVar[tuple[str, ...]] = ()
+    #: how long a job of this pass may run when its step sets no ``timeout_s`` (generous: a
+    #: hanging runtime must not block a run forever, a slow export must not fail)
+    default_timeout_s: ClassVar[float] = 7200.0
 
     def __init__(self, config: PassConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -106,7 +106,10 @@ class StepSpec(_Strict):
     )
     optional: bool = Field(default=False, description="Skipping this step is a candidate too.")
     timeout_s: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS, description="Fail the step (and its candidates) after this many seconds."
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Fail the step (and its candidates) after this many seconds (default: the pass's own, shown by `engine passes NAME`).",
     )
 
 
@@ -114,7 +117,12 @@ class EvaluateSpec(_Strict):
     id: str = Field(pattern=ID_PATTERN, description="Name used in metric names: <id>.<metric>.")
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
-    timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, description="Fail the evaluation after this many seconds.")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Fail the evaluation after this many seconds (default: the evaluator's own, shown by `engine evaluators NAME`).",
+    )
     candidates: bool = Field(
         default=True,
         description="Measure every candidate with it. false: only passes that validate their own work use it (e.g. a fidelity on calibration data for accuracy-controlled quantization, kept apart from the held-out data that selects).",

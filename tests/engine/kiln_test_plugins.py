@@ -37,6 +37,12 @@ class Sleep(_OnnxToOnnx):
         return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir))
 
 
+class Hang(Sleep):
+    name = "hang"
+    summary = "sleeps past its own default timeout"
+    default_timeout_s = 2.0
+
+
 class Boom(_OnnxToOnnx):
     name = "boom"
     summary = "raises an error from a library"

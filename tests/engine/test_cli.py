@@ -4,7 +4,9 @@ shows HIT/MISS and explains misses."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 
 import jsonschema
 import yaml
@@ -82,3 +84,90 @@ def test_plan_shows_misses_then_hits_and_explains_a_change(tmp_path, tiny_onnx, 
     assert main(["plan", str(path), "--store", str(store), "--explain"]) == 0
     explained = capsys.readouterr().out
     assert "changed since the last run: config.reduce_range" in explained
+
+
+# -- exit codes: bad input 2, a bug in Kiln 3 (issue 9, item 10) ------------------------------------
+def test_an_internal_error_exits_3_says_it_is_a_bug_and_where_the_log_is(tmp_path, tiny_onnx, capsys, monkeypatch):
+    import engine.run
+
+    def broken(*args, **kwargs):
+        raise KeyError("candidates")
+
+    monkeypatch.setattr(engine.run, "run_workflow", broken)
+    monkeypatch.setenv("KILN_LOG_DIR", str(tmp_path / "logs"))
+    path = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    code = main(["run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "this is a bug in Kiln" in err and "KeyError" in err and "Traceback" not in err
+    (log,) = (tmp_path / "logs").glob("kiln-crash-*.log")
+    assert str(log) in err and "Traceback" in log.read_text() and "broken" in log.read_text()
+
+
+def test_a_store_that_cannot_be_created_is_bad_input(tmp_path, tiny_onnx, capsys):
+    (tmp_path / "afile").write_text("")
+    path = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    code = main(["run", str(path), "--store", str(tmp_path / "afile" / "store"), "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--store" in err and "afile" in err and "Traceback" not in err
+
+
+def test_an_output_folder_that_cannot_be_created_is_bad_input(tmp_path, tiny_onnx, capsys):
+    (tmp_path / "afile").write_text("")
+    path = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    code = main(["run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "afile" / "out")])
+    assert code == 2
+    assert "--output" in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_run_like_ctrl_c(tmp_path, tiny_onnx, test_plugins):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"] = [{"id": "slow", "pass": "sleep", "config": {"seconds": 60}}]
+    path = write_workflow(tmp_path, workflow)
+    process = subprocess.Popen(
+        [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((tmp_path / "store" / "logs").glob("*.log")):
+        time.sleep(0.1)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "run the same command again" in err
+    assert list((tmp_path / "store" / "tmp").iterdir()) == []  # its worker's staging went with it
+
+
+def test_plugin_listings_show_the_default_timeout(capsys):
+    assert main(["passes", "ort_quantize"]) == 0
+    assert "default timeout: 7200 s" in capsys.readouterr().out
+    assert main(["evaluators", "latency"]) == 0
+    assert "default timeout: 3600 s" in capsys.readouterr().out
+
+
+def test_sigterm_with_parallel_workers_kills_them_instead_of_waiting(tmp_path, tiny_onnx, test_plugins):
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["steps"] = [{"id": "slow", "pass": "sleep", "search": {"seconds": [40.0, 41.0]}}]
+    path = write_workflow(tmp_path, workflow)
+    process = subprocess.Popen(
+        [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out"), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    staging = tmp_path / "store" / "tmp"
+    deadline = time.time() + 90
+    while time.time() < deadline and len(list(staging.glob("pass-*"))) < 2:
+        time.sleep(0.1)
+    assert len(list(staging.glob("pass-*"))) == 2, "the two sleep passes never ran at once"
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    started = time.perf_counter()
+    _, err = process.communicate(timeout=50)
+    assert process.returncode == 130, err
+    assert time.perf_counter() - started < 15  # not the 40 s the passes would sleep
+    assert list(staging.iterdir()) == []

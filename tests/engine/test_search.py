@@ -162,3 +162,28 @@ def test_a_killed_tpe_search_resumes_and_chooses_as_an_uninterrupted_one(tmp_pat
         json.dumps(r.candidate.params, sort_keys=True) for r in uninterrupted.results
     )
     assert [r.label for r in resumed.results if r.chosen] == [r.label for r in uninterrupted.results if r.chosen]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_concurrent_runs_on_one_store_finish_with_one_choice_and_share_jobs(tmp_path, tiny_onnx, sampler):
+    workflow = tiny_workflow(tiny_onnx, search={"sampler": sampler, "seed": 0})
+    path = write_workflow(tmp_path, workflow)
+    runs = [
+        subprocess.Popen(
+            [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / f"out{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0], [err[-2000:] for _, err in outputs]
+    choices = set()
+    for i in range(3):
+        records = json.loads((tmp_path / f"out{i}" / "candidates.json").read_text())["candidates"]
+        (chosen,) = [r for r in records if r["chosen"]]
+        choices.add((chosen["path"], json.dumps(chosen["metrics"], sort_keys=True)))
+    assert len(choices) == 1  # the same candidate, with the same figures: every job was built once
+    ran = sum(int(out.split("passes: ")[1].split(" run")[0]) for out, _ in outputs)
+    assert ran == 2  # the two INT8 models, built by whichever run got there first

@@ -252,3 +252,21 @@ def test_bad_latency_comparison_options_exit_2_with_the_key_path(tmp_path, tiny_
     assert done.returncode == 2
     assert f"evaluate[1].config.{option}" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_input_folder_with_a_device_in_it_exits_2_naming_the_key_and_the_file(tmp_path):
+    import os
+    import subprocess
+
+    from conftest import engine_cmd, tiny_workflow, write_workflow
+
+    model = tmp_path / "model"
+    model.mkdir()
+    os.symlink("/dev/zero", model / "model.onnx")  # hashing it would read forever
+    path = write_workflow(tmp_path, tiny_workflow(model))
+    done = subprocess.run(
+        [*engine_cmd(), "plan", str(path), "--store", str(tmp_path / "store")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "input.path" in done.stderr and "character device" in done.stderr and str(path) in done.stderr
+    assert "Traceback" not in done.stderr

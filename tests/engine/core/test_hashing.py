@@ -93,3 +93,54 @@ def test_pass_key_covers_every_input_and_is_never_truncated():
         pass_key(_FakePass, {"x": 1}, "d" * 64, {"calib": "j" * 64}, None)[0],
     ]
     assert len({key, *changed}) == 4
+
+
+# -- input folders: special files and symlink loops are refused, located (issue 9, item 5) --------
+def test_a_symlink_to_a_device_is_refused_before_any_byte_is_read(tmp_path):
+    from engine.core.errors import InputError
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    os.symlink("/dev/zero", tmp_path / "model" / "weights.bin")
+    with pytest.raises(InputError) as error:
+        digest_tree(tmp_path / "model", "hf")
+    text = str(error.value)
+    assert "weights.bin" in text and "character device" in text
+
+
+def test_a_fifo_is_refused(tmp_path):
+    from engine.core.errors import InputError
+
+    (tmp_path / "model").mkdir()
+    os.mkfifo(tmp_path / "model" / "pipe")
+    with pytest.raises(InputError, match="FIFO"):
+        manifest(tmp_path / "model")
+
+
+def test_a_symlink_loop_is_refused_with_its_path(tmp_path):
+    from engine.core.errors import InputError
+
+    (tmp_path / "model" / "sub").mkdir(parents=True)
+    (tmp_path / "model" / "w.bin").write_bytes(b"w")
+    os.symlink("..", tmp_path / "model" / "sub" / "up")
+    with pytest.raises(InputError) as error:
+        digest_tree(tmp_path / "model", "hf")
+    assert "symlink loop" in str(error.value) and str(tmp_path / "model" / "sub" / "up") in str(error.value)
+
+
+def test_a_self_referencing_symlink_is_refused(tmp_path):
+    from engine.core.errors import InputError
+
+    (tmp_path / "model").mkdir()
+    os.symlink("self", tmp_path / "model" / "self")
+    with pytest.raises(InputError, match="self"):
+        digest_tree(tmp_path / "model", "hf")
+
+
+def test_a_folder_linked_twice_without_a_loop_is_hashed(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "w.bin").write_bytes(b"w")
+    (tmp_path / "model").mkdir()
+    os.symlink(tmp_path / "shared", tmp_path / "model" / "a")
+    os.symlink(tmp_path / "shared", tmp_path / "model" / "b")
+    assert [e["path"] for e in manifest(tmp_path / "model")] == ["a/w.bin", "b/w.bin"]
