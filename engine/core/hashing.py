@@ -65,7 +65,8 @@ def _refuse(path: Path, message: str, given: str) -> InputError:
     )
 
 
-def _kind(mode: int) -> str:
+def special_file_kind(mode: int) -> str:
+    """'a FIFO', 'a character device', ... for a mode that is not a regular file or a folder."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
             return name
@@ -96,7 +97,7 @@ def iter_files(root: Path) -> Iterable[Path]:
         yield root
         return
     if not stat.S_ISDIR(top.st_mode):
-        raise _refuse(root, f"is {_kind(top.st_mode)}, not a file or folder", _kind(top.st_mode))
+        raise _refuse(root, f"is {special_file_kind(top.st_mode)}, not a file or folder", special_file_kind(top.st_mode))
     # depth first, files of a folder before its subfolders, names sorted (as os.walk gave them)
     stack: list[tuple[Path, tuple[tuple[int, int], ...]]] = [(root, ((top.st_dev, top.st_ino),))]
     while stack:
@@ -112,7 +113,9 @@ def iter_files(root: Path) -> Iterable[Path]:
                     raise _refuse(path, "leads back to a folder that contains it (a symlink loop)", f"a link to {os.path.realpath(path)}")
                 folders.append((path, (*ancestors, (info.st_dev, info.st_ino))))
             else:
-                raise _refuse(path, f"is {_kind(info.st_mode)}; Kiln hashes only regular files", _kind(info.st_mode))
+                raise _refuse(
+                    path, f"is {special_file_kind(info.st_mode)}; Kiln hashes only regular files", special_file_kind(info.st_mode)
+                )
         yield from files
         stack.extend(reversed(folders))
 

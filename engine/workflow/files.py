@@ -14,6 +14,7 @@ import os
 import stat
 from pathlib import Path
 
+from engine.core.hashing import special_file_kind
 from engine.workflow.schema import check_path_text
 
 ONNX_FIELDS = {  # ModelProto (onnx.proto): field number -> wire type (0 varint, 2 length-delimited)
@@ -57,10 +58,10 @@ def regular_file_problem(path: Path) -> str | None:
         info = path.stat()
     except (OSError, ValueError) as error:
         return f"cannot read it: {getattr(error, 'strerror', None) or error}"
-    if stat.S_ISFIFO(info.st_mode):
-        return "it is a FIFO, not a file"
+    if stat.S_ISDIR(info.st_mode):
+        return "it is a folder, not a file"
     if not stat.S_ISREG(info.st_mode):
-        return "it is not a regular file"
+        return f"it is {special_file_kind(info.st_mode)}, not a regular file"
     if info.st_size == 0:
         return "the file is empty"
     if not os.access(path, os.R_OK):
