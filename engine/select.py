@@ -96,7 +96,7 @@ def interval_of(result: CandidateResult, metric: str, confidence: float | None) 
     sample = result.samples.get(metric)
     if not sample or not sample.get("values"):
         return None
-    interval = bootstrap(sample["values"], sample.get("statistic", "mean"), confidence, SEED)
+    interval = bootstrap(sample["values"], sample.get("statistic", "mean"), confidence, SEED, sample.get("groups"))
     result.intervals[metric] = interval
     return interval
 

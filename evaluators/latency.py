@@ -4,9 +4,12 @@ A candidate's milliseconds alone say little on a shared machine: a busy neighbou
 and candidates timed minutes apart meet different neighbours. So the candidate and its target's
 reference are opened side by side in this worker and timed in interleaved rounds (reference then
 candidate, then candidate then reference, ...), and what is reported first is the **speedup**: the
-reference's median time over the candidate's, round by round, with a bootstrap confidence interval
-over rounds. Drift hits both models alike and cancels out of the ratio. Rounds are added until the
-interval is as tight as ``precision`` asks or ``max_time_s`` is spent.
+reference's median time over the candidate's, round by round, with a bootstrap confidence interval.
+Drift hits both models alike and cancels out of the ratio. The rounds are spread over several fresh
+pairs of sessions, because each opening lays memory and threads out anew and moves the ratio by a
+few percent; the interval is bootstrapped over sessions, then rounds (a clustered bootstrap), so it
+covers what another opening, or a re-run, would see. Blocks of rounds are added until the interval
+is as tight as ``precision`` asks or ``max_time_s`` is spent.
 
 While timing, the machine is watched (CPU used by other processes, time stolen by the
 hypervisor): a round taken while others used more than ``busy_cores`` is thrown away and taken
@@ -24,13 +27,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
-from engine.core.stats import bootstrap
+from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
 from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
 
@@ -95,19 +98,29 @@ class Latency(Evaluator):
             description="Time the candidate against its target's reference in interleaved rounds (false: time it alone; no speedup is reported).",
         )
         runs_per_round: int = Field(default=10, ge=1, le=100_000, description="Timed runs of each model in one round.")
+        sessions: int = Field(
+            default=3,
+            ge=1,
+            le=1000,
+            description=(
+                "Fresh pairs of sessions the rounds are spread over (at least; more are opened while the interval is too wide). "
+                "Each session lays out memory and threads anew, which moves a ratio by several percent from one opening to the "
+                "next; the interval is bootstrapped over sessions and rounds, so it covers that too."
+            ),
+        )
         min_rounds: int = Field(default=6, ge=2, le=100_000, description="Rounds to take at least (each round times both models).")
         max_rounds: int = Field(
             default=80, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
         )
         precision: float = Field(
-            default=0.03,
+            default=0.05,
             gt=0,
             lt=1,
-            description="Stop adding rounds once the speedup's confidence interval is within ± this fraction of the speedup (0.03 = ±3%).",
+            description="Stop adding rounds once the speedup's confidence interval is within ± this fraction of the speedup (0.05 = ±5%).",
         )
         confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
         max_time_s: float = Field(
-            default=90.0, gt=0, le=86_400, description="Time budget for the rounds: stop adding rounds after this many seconds."
+            default=60.0, gt=0, le=86_400, description="Time budget for the rounds: stop adding rounds after this many seconds."
         )
         busy_cores: float = Field(
             default=0.3,
@@ -133,33 +146,42 @@ class Latency(Evaluator):
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
         cfg = self.config
         batch = dataset_batch(ctx, cfg)
-        opened: list[Session] = []
-        try:
-            started = time.perf_counter_ns()
-            candidate = open_session(ctx, model, "candidate")
-            load_ms = (time.perf_counter_ns() - started) / 1e6
-            opened.append(candidate)
-            reference = None
-            if cfg.compare and ctx.reference is not None:
-                reference = open_session(ctx, ctx.reference, "reference")
-                opened.append(reference)
-            arms = [_Arm("candidate" if reference is not None else "model", candidate, feeds_for(candidate, cfg, batch))]
-            if reference is not None:
-                arms.insert(0, _Arm("reference", reference, feeds_for(reference, cfg, batch)))
-            for arm in arms:
-                arm.warm_up(cfg.warmup)
-            rounds = _Rounds(cfg, arms).run()
-        finally:
-            for session in opened:
-                session.close()
-        return self._result(rounds, arms, load_ms, ctx, batch is not None)
+        compared = cfg.compare and ctx.reference is not None
+        rounds = _Rounds(cfg, arms=2 if compared else 1)
+        first: _Arm | None = None
+        load_ms = 0.0
+        while True:
+            # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
+            opened: list[Session] = []
+            try:
+                started = time.perf_counter_ns()
+                candidate = open_session(ctx, model, "candidate")
+                opened.append(candidate)
+                if first is None:
+                    load_ms = (time.perf_counter_ns() - started) / 1e6
+                arms = [_Arm("candidate" if compared else "model", candidate, feeds_for(candidate, cfg, batch))]
+                if compared:
+                    assert ctx.reference is not None
+                    reference = open_session(ctx, ctx.reference, "reference")
+                    opened.append(reference)
+                    arms.insert(0, _Arm("reference", reference, feeds_for(reference, cfg, batch)))
+                first = first or arms[-1]
+                for arm in arms:
+                    arm.warm_up(cfg.warmup)
+                rounds.block(arms)
+            finally:
+                for session in opened:
+                    session.close()
+            if rounds.enough():
+                break
+        assert first is not None
+        return self._result(rounds, first, load_ms, ctx, batch is not None)
 
-    def _result(self, rounds: _Rounds, arms: list[_Arm], load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
+    def _result(self, rounds: _Rounds, cand: _Arm, load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
 
         cfg = self.config
-        cand = arms[-1]
-        ms = np.asarray(cand.times_ns, dtype=np.float64) / 1e6
+        ms = np.asarray(rounds.times_ns[-1], dtype=np.float64) / 1e6
         p50, p90, p95, p99 = (float(v) for v in np.percentile(ms, [50, 90, 95, 99]))
         mean = float(ms.mean())
         values = {
@@ -176,18 +198,19 @@ class Latency(Evaluator):
             "rounds": float(len(rounds.kept)),
             "others_cores": rounds.mean_others(),
         }
-        samples = {"p50_ms": Samples("median", [r.medians_ms[-1] for r in rounds.kept])}
-        compared = len(arms) == 2
+        blocks = [r.block for r in rounds.kept]
+        samples = {"p50_ms": Samples("median", [r.medians_ms[-1] for r in rounds.kept], blocks)}
+        compared = rounds.arms == 2
         if compared:
             ratios = rounds.ratios()
-            interval = bootstrap(ratios, "median", cfg.confidence)
+            interval = rounds.interval()
             values |= {
                 "speedup": interval.estimate,
                 "speedup_low": interval.low,
                 "speedup_high": interval.high,
-                "reference_p50_ms": float(np.median(np.asarray(arms[0].times_ns, dtype=np.float64) / 1e6)),
+                "reference_p50_ms": float(np.median(np.asarray(rounds.times_ns[0], dtype=np.float64) / 1e6)),
             }
-            samples["speedup"] = Samples("median", ratios)
+            samples["speedup"] = Samples("median", ratios, blocks)
         elif ctx.reference is None:
             # the reference itself: speedup 1 by definition (a candidate timed alone has none)
             values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_p50_ms": p50}
@@ -197,6 +220,7 @@ class Latency(Evaluator):
             "runs": len(ms),
             "warmup": cfg.warmup,
             "runs_per_round": cfg.runs_per_round,
+            "sessions": rounds.blocks,
             "rounds": len(rounds.kept),
             "rounds_thrown_away": rounds.discarded,
             "stopped_because": rounds.stop_reason,
@@ -237,7 +261,6 @@ class _Arm:
     role: str
     session: Session
     feeds: dict[str, np.ndarray]
-    times_ns: list[int] = field(default_factory=list)
 
     def warm_up(self, runs: int) -> None:
         for _ in range(runs):
@@ -264,78 +287,94 @@ class _Round:
     times_ns: list[list[int]]
     load: Load
     busy: bool
+    block: int  # which pair of sessions it ran on
 
 
 class _Rounds:
-    """The interleaved rounds and the rules that decide when they are enough."""
+    """The interleaved rounds, block by block (a block: one pair of sessions), and the rules
+    that decide when they are enough."""
 
-    def __init__(self, cfg: Latency.Config, arms: list[_Arm]) -> None:
+    def __init__(self, cfg: Latency.Config, arms: int) -> None:
         self.cfg = cfg
         self.arms = arms
         self.kept: list[_Round] = []
+        self.times_ns: list[list[int]] = [[] for _ in range(arms)]  # every kept run, per arm
+        self.blocks = 0
         self.discarded = 0
         self.waited_s = 0.0
         self.stop_reason = ""
         self._meter = NoiseMeter()
         self._window_started: float | None = None
+        self._quiet_budget = cfg.quiet_wait_s
+        self._started = time.perf_counter()
 
-    def run(self) -> _Rounds:
-        cfg = self.cfg
-        started = time.perf_counter()
-        quiet_budget = cfg.quiet_wait_s
-        while True:
-            current = self._take(len(self.kept) + self.discarded)
-            if current.busy and quiet_budget > 0:
-                # thrown away: wait for the neighbour to finish, then take the round again
+    @property
+    def per_block(self) -> int:
+        return max(2, -(-self.cfg.min_rounds // self.cfg.sessions))
+
+    def block(self, arms: list[_Arm]) -> None:
+        """Take ``per_block`` rounds on these sessions; a busy round is thrown away and taken
+        again once the machine is quiet, until the quiet budget is spent."""
+        taken = 0
+        while taken < self.per_block:
+            current = self._take(arms, len(self.kept) + self.discarded)
+            if current.busy and self._quiet_budget > 0:
                 self.discarded += 1
-                _, waited = self._meter.wait_for_quiet(cfg.busy_cores, quiet_budget)
+                _, waited = self._meter.wait_for_quiet(self.cfg.busy_cores, self._quiet_budget)
                 self.waited_s += waited
-                quiet_budget -= waited
+                self._quiet_budget -= waited
                 continue
             self.kept.append(current)
-            for arm, times in zip(self.arms, current.times_ns, strict=True):
-                arm.times_ns.extend(times)
-            reason = self._enough(time.perf_counter() - started - self.waited_s)
-            if reason:
-                self.stop_reason = reason
-                return self
+            for i, times in enumerate(current.times_ns):
+                self.times_ns[i].extend(times)
+            taken += 1
+        self.blocks += 1
 
-    def _take(self, index: int) -> _Round:
+    def _take(self, arms: list[_Arm], index: int) -> _Round:
         """One round: every arm times ``runs_per_round`` runs, in an order that alternates
         between rounds (A B, B A, ...) so a trend within a round favours neither."""
-        order = list(range(len(self.arms)))
+        order = list(range(len(arms)))
         if index % 2:
             order.reverse()
-        times: list[list[int]] = [[] for _ in self.arms]
+        times: list[list[int]] = [[] for _ in arms]
         # the kernel counts CPU time in 10 ms ticks: a round shorter than LOAD_WINDOW_S is
         # judged on the load since the window began, which may span a few earlier rounds
         if self._window_started is None or time.perf_counter() - self._window_started >= LOAD_WINDOW_S:
             self._meter.start()
             self._window_started = time.perf_counter()
         for i in order:
-            times[i] = self.arms[i].time(self.cfg.runs_per_round)
+            times[i] = arms[i].time(self.cfg.runs_per_round)
         load = self._meter.stop()
         medians = [_median_ms(t) for t in times]
-        return _Round(medians, times, load, load.busy(self.cfg.busy_cores))
+        return _Round(medians, times, load, load.busy(self.cfg.busy_cores), self.blocks)
 
     def ratios(self) -> list[float]:
         """Per round: the reference's median time over the candidate's (> 1: the candidate is faster)."""
-        return [r.medians_ms[0] / r.medians_ms[-1] for r in self.kept if r.medians_ms[-1] > 0]
+        return [r.medians_ms[0] / r.medians_ms[-1] for r in self.kept]
 
-    def _enough(self, elapsed_s: float) -> str:
+    def interval(self) -> Interval:
+        """The speedup's interval, bootstrapped over sessions, then rounds within them."""
+        return bootstrap(self.ratios(), "median", self.cfg.confidence, groups=[r.block for r in self.kept])
+
+    def enough(self) -> bool:
+        """Checked after each block; sets ``stop_reason`` when the rounds are enough."""
+        self.stop_reason = self._reason(time.perf_counter() - self._started - self.waited_s)
+        return bool(self.stop_reason)
+
+    def _reason(self, elapsed_s: float) -> str:
         cfg = self.cfg
         rounds = len(self.kept)
-        if rounds < cfg.min_rounds:
+        if self.blocks < cfg.sessions or rounds < cfg.min_rounds:
             return ""
         if elapsed_s >= cfg.max_time_s:
             return f"max_time_s ({cfg.max_time_s:g} s) spent"
-        runs = len(self.arms[-1].times_ns)
-        timed_s = sum(self.arms[-1].times_ns) / 1e9
+        runs = len(self.times_ns[-1])
+        timed_s = sum(self.times_ns[-1]) / 1e9
         if runs < cfg.runs or timed_s < cfg.min_time_s:
             return ""
-        if len(self.arms) == 1:
+        if self.arms == 1:
             return "runs done"
-        interval = bootstrap(self.ratios(), "median", cfg.confidence)
+        interval = self.interval()
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
         if rounds >= cfg.max_rounds:

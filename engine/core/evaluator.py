@@ -46,9 +46,15 @@ class Samples:
 
     statistic: Statistic
     values: list[float]
+    #: which values share a group (e.g. the pair of sessions a timing round ran on): the engine
+    #: then resamples groups, not just values (a clustered bootstrap). None: independent values.
+    groups: list[int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"statistic": self.statistic, "values": self.values}
+        out: dict[str, Any] = {"statistic": self.statistic, "values": self.values}
+        if self.groups is not None:
+            out["groups"] = self.groups
+        return out
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Statistic = Literal["mean", "median"]
 STATISTICS: tuple[Statistic, ...] = ("mean", "median")
@@ -46,8 +46,19 @@ def point(values: Sequence[float], statistic: Statistic = "mean") -> float:
     return float(array.mean() if statistic == "mean" else np.median(array))
 
 
-def bootstrap(values: Sequence[float], statistic: Statistic = "mean", confidence: float = 0.95, seed: int = 0) -> Interval:
+def bootstrap(
+    values: Sequence[float],
+    statistic: Statistic = "mean",
+    confidence: float = 0.95,
+    seed: int = 0,
+    groups: Sequence[int] | None = None,
+) -> Interval:
     """The percentile-bootstrap interval of ``statistic`` over ``values``.
+
+    With ``groups`` (one label per value) the bootstrap is clustered: groups are resampled, then
+    values within each chosen group. Values that share a group share what made them (timing
+    rounds of one pair of sessions share its memory layout and thread placement), and a flat
+    bootstrap would treat them as independent and give an interval too narrow to trust.
 
     One sample (or identical samples) gives a zero-width interval: there is nothing to resample,
     which callers see as "no uncertainty measured" rather than as certainty they should trust;
@@ -60,16 +71,41 @@ def bootstrap(values: Sequence[float], statistic: Statistic = "mean", confidence
     array = np.asarray(values, dtype=np.float64)
     if array.size == 0:
         raise ValueError("no samples to bootstrap")
+    if groups is not None and len(groups) != array.size:
+        raise ValueError(f"{len(groups)} group labels for {array.size} values")
     estimate = point(array.tolist(), statistic)
     if array.size == 1 or bool(np.all(array == array[0])):
         return Interval(estimate, estimate, estimate, confidence)
     rng = np.random.default_rng(seed)
-    resampled = array[rng.integers(0, array.size, size=(RESAMPLES, array.size))]
-    stats = resampled.mean(axis=1) if statistic == "mean" else np.median(resampled, axis=1)
+    if groups is None or len(set(groups)) < 2:
+        resampled = array[rng.integers(0, array.size, size=(RESAMPLES, array.size))]
+        stats = resampled.mean(axis=1) if statistic == "mean" else np.median(resampled, axis=1)
+    else:
+        stats = _clustered(array, np.asarray(groups), statistic, rng)
     alpha = (1 - confidence) / 2
     low, high = (float(v) for v in np.quantile(stats, [alpha, 1 - alpha]))
     # the estimate lies inside its own interval even when the bootstrap distribution is skewed
     return Interval(estimate, min(low, estimate), max(high, estimate), confidence)
+
+
+def _clustered(array: Any, groups: Any, statistic: Statistic, rng: Any) -> Any:
+    """RESAMPLES statistics of a two-stage resample: groups with replacement, then values within
+    each chosen group with replacement (vectorised: groups padded to the largest with NaN)."""
+    import numpy as np
+
+    labels = list(dict.fromkeys(groups.tolist()))
+    members = [np.flatnonzero(groups == label) for label in labels]
+    sizes = np.array([len(m) for m in members])
+    width = int(sizes.max())
+    table = np.full((len(members), width), -1, dtype=np.int64)
+    for row, member in enumerate(members):
+        table[row, : len(member)] = member
+    chosen = rng.integers(0, len(members), size=(RESAMPLES, len(members)))
+    picks = (rng.random((RESAMPLES, len(members), width)) * sizes[chosen][..., None]).astype(np.int64)
+    index = np.take_along_axis(table[chosen], picks, axis=2)
+    keep = np.arange(width)[None, None, :] < sizes[chosen][..., None]
+    drawn = np.where(keep, array[index], np.nan).reshape(RESAMPLES, -1)
+    return np.nanmean(drawn, axis=1) if statistic == "mean" else np.nanmedian(drawn, axis=1)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, seed: int = 0) -> Interval:

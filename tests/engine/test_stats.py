@@ -57,3 +57,23 @@ def test_bad_arguments_are_refused() -> None:
         bootstrap([])
     with pytest.raises(ValueError, match="differ in length"):
         paired_difference([1.0], [1.0, 2.0])
+
+
+def test_a_clustered_interval_covers_the_spread_between_groups() -> None:
+    rng = np.random.default_rng(5)
+    values, groups = [], []
+    for group, effect in enumerate([0.977, 0.959, 1.09, 0.951]):  # four openings of one pair of sessions
+        for _ in range(8):
+            values.append(effect * (1 + rng.normal(0, 0.02)))
+            groups.append(group)
+    flat = bootstrap(values, "median")
+    clustered = bootstrap(values, "median", groups=groups)
+    assert clustered.estimate == flat.estimate
+    assert clustered.half_width > 2 * flat.half_width
+    assert clustered.high > 1.05  # the high group is inside the interval, not excluded by it
+    assert bootstrap(values, "median", groups=groups) == clustered  # seeded
+
+
+def test_group_labels_must_match_the_values() -> None:
+    with pytest.raises(ValueError, match="group labels"):
+        bootstrap([1.0, 2.0], groups=[0])

@@ -32,7 +32,7 @@ def test_returns_every_declared_metric_with_ordered_percentiles(make_model, make
 
 
 def test_details_record_runs_batch_and_sequence(make_model, make_ctx) -> None:
-    result = latency(runs=20, runs_per_round=5, min_rounds=4, warmup=3, batch_size=2, sequence_length=7).evaluate(
+    result = latency(runs=20, runs_per_round=5, min_rounds=4, sessions=2, warmup=3, batch_size=2, sequence_length=7).evaluate(
         make_model().artifact, make_ctx()
     )
     d = result.details

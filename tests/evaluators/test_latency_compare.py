@@ -90,7 +90,7 @@ def test_a_model_against_itself_is_about_even(make_model, make_ctx) -> None:
 
 
 def test_the_reference_is_timed_alone_at_speedup_one(make_model, make_ctx) -> None:
-    result = latency(runs=20, runs_per_round=5, min_rounds=4).evaluate(make_model().artifact, make_ctx())
+    result = latency(runs=20, runs_per_round=5, min_rounds=4, sessions=2).evaluate(make_model().artifact, make_ctx())
     v = result.values
     assert (v["speedup"], v["speedup_low"], v["speedup_high"]) == (1.0, 1.0, 1.0)
     assert "speedup" not in result.samples
@@ -106,18 +106,18 @@ def test_without_compare_a_candidate_is_timed_alone_and_reports_no_speedup(tmp_p
 
 def test_a_loose_precision_stops_at_the_minimum_rounds_and_says_why(make_model, make_ctx) -> None:
     model = make_model().artifact
-    result = latency(runs=1, runs_per_round=20, min_rounds=4, precision=0.9).evaluate(model, make_ctx(reference=model))
+    result = latency(runs=1, runs_per_round=20, min_rounds=4, sessions=2, precision=0.9).evaluate(model, make_ctx(reference=model))
     assert result.details["rounds"] == 4
     assert result.details["stopped_because"] == "interval within ±90%"
 
 
 def test_an_unreachable_precision_stops_at_max_rounds(tmp_path, make_model, make_ctx) -> None:
     heavy = build_heavy_model(tmp_path / "heavy", width=64, layers=2)
-    result = latency(runs=1, runs_per_round=3, min_rounds=3, max_rounds=5, precision=1e-9).evaluate(
+    result = latency(runs=1, runs_per_round=3, min_rounds=2, max_rounds=4, sessions=1, precision=1e-9).evaluate(
         make_model().artifact, make_ctx(reference=heavy)
     )
-    assert result.details["rounds"] == 5
-    assert result.details["stopped_because"] == "max_rounds (5) reached"
+    assert result.details["rounds"] == 4
+    assert result.details["stopped_because"] == "max_rounds (4) reached"
 
 
 def test_the_noise_meter_sees_another_process_use_a_core() -> None:
@@ -156,3 +156,14 @@ def test_config_refuses_max_rounds_below_min_rounds_and_bad_precision() -> None:
         Latency.Config(confidence=1.0)
     with pytest.raises(pydantic.ValidationError):
         Latency.Config(max_time_s=0)
+
+
+def test_rounds_are_spread_over_fresh_sessions_and_grouped_by_them(tmp_path, make_model, make_ctx) -> None:
+    heavy = build_heavy_model(tmp_path / "heavy", width=64, layers=2)
+    result = latency(runs=1, runs_per_round=5, min_rounds=6, sessions=3, precision=0.9).evaluate(
+        make_model().artifact, make_ctx(reference=heavy)
+    )
+    assert result.details["sessions"] == 3
+    sample = result.samples["speedup"]
+    assert sample.groups == [0, 0, 1, 1, 2, 2]
+    assert result.samples["p50_ms"].groups == sample.groups
