@@ -15,6 +15,13 @@ WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 EXAMPLES = sorted(p for p in WORKFLOWS.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 
 
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for the example runs, as a team would share one: bert-cpu and bert-openvino
+    share the export, the fusion, the accuracy-driven INT8 and their evaluations on ort-cpu."""
+    return tmp_path_factory.mktemp("examples") / "store"
+
+
 def test_there_are_examples():
     assert any(p.name == "bert-cpu.yaml" for p in EXAMPLES)
 
@@ -35,8 +42,8 @@ def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.slow
-def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cache(tmp_path):
-    store, out = tmp_path / "store", tmp_path / "out"
+def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cache(tmp_path, shared_store):
+    store, out = shared_store, tmp_path / "out"
     first = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert first.returncode == 0, first.stdout + first.stderr
     records = {c["path"]: c for c in json.loads((out / "candidates.json").read_text())["candidates"]}
@@ -94,8 +101,8 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
 
 
 @pytest.mark.slow
-def test_bert_openvino_chooses_per_target_from_one_export(tmp_path):
-    store, out = tmp_path / "store", tmp_path / "out"
+def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store):
+    store, out = shared_store, tmp_path / "out"
     done = _run(WORKFLOWS / "bert-openvino.json", store, out)
     assert done.returncode == 0, done.stdout + done.stderr
     records = json.loads((out / "candidates.json").read_text())["candidates"]
