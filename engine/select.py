@@ -11,8 +11,10 @@ image, speedup per timing round) get a bootstrap interval at the workflow's conf
 - a timing objective is ranked through its paired figure (latency's ``speedup``: the reference's
   time over the candidate's, measured round by round in one worker), so a busy minute does not
   decide between candidates timed minutes apart;
-- candidates whose objective intervals overlap the best one's cannot be told apart: they are
-  tied, and the tie is broken by ``select.tie_break`` (default: the larger constraint margin,
+- candidates whose objective intervals overlap the best one's cannot be told apart, and those
+  within ``select.tie_within`` of it (default 5%) are not worth acting on, since runs minutes
+  apart or under another load move a ratio by that much: they are tied, and the tie is broken by
+  ``select.tie_break`` (default: the larger constraint margin,
   then the smaller model, then fewer passes), which is deterministic — a re-run, a resumed run
   and a run on a busy machine choose the same model whenever the measurements cannot separate
   the contenders. Every complete candidate gets a verdict saying why it won or lost.
@@ -245,7 +247,17 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     intervals = {r.candidate.id: estimate(r) for r in feasible}
     # the best point estimate; the reference first among equals, then the workflow's order
     best = max(feasible, key=lambda r: (sign * intervals[r.candidate.id].estimate, r.candidate.reference, -order[r.candidate.id]))
-    tied = [r for r in feasible if intervals[r.candidate.id].overlaps(intervals[best.candidate.id])] if confidence else [best]
+    margin = resolved.spec.select.tie_within
+    best_value = intervals[best.candidate.id].estimate
+
+    def tied_with_best(r: CandidateResult) -> bool:
+        mine = intervals[r.candidate.id]
+        if confidence and mine.overlaps(intervals[best.candidate.id]):
+            return True
+        # within the practical margin: a difference a re-run could undo is not acted on
+        return best_value != 0 and abs(mine.estimate - best_value) <= margin * abs(best_value)
+
+    tied = [r for r in feasible if tied_with_best(r)]
     rules = _rules(resolved)
 
     def preference(r: CandidateResult) -> tuple[float, ...]:
@@ -268,12 +280,16 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     else:
         others = ", ".join(_describe(r, metric, intervals[r.candidate.id]) for r in ranked[1:])
         why = _decider(rules, chosen, ranked[1])
-        chosen.verdict = f"tied within noise ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+        chosen.verdict = (
+            f"tied within noise or {margin:.0%} ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+            if margin
+            else f"tied within noise ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+        )
     for result in feasible:
         if result is chosen:
             continue
         if result in tied:
-            result.verdict = f"tied with the chosen {label} within noise; lost on {_decider(rules, chosen, result)}"
+            result.verdict = f"tied with the chosen {label} (within noise or {margin:.0%}); lost on {_decider(rules, chosen, result)}"
         else:
             worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
             result.verdict = (

@@ -174,6 +174,16 @@ class SelectSpec(_Strict):
             "intervals overlap are tied. null: judge point estimates and never tie."
         ),
     )
+    tie_within: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description=(
+            "Candidates whose objective is within this fraction of the best one's are tied too, even when their intervals do "
+            "not overlap (0.05: within 5%). An interval covers the noise of one run; runs minutes apart, or under another "
+            "load, move a speedup by several percent more, and a choice should not flip on that. 0: ties by intervals only."
+        ),
+    )
     tie_break: list[Literal["constraints", "size", "passes"] | TieBreak] = Field(
         default_factory=lambda: list(TIE_BREAK_RULES),
         description=(

@@ -270,3 +270,11 @@ def test_an_input_folder_with_a_device_in_it_exits_2_naming_the_key_and_the_file
     assert done.returncode == 2, done.stdout + done.stderr
     assert "input.path" in done.stderr and "character device" in done.stderr and str(path) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("margin", [-0.1, 1, 3])
+def test_a_tie_margin_outside_zero_one_is_refused(tmp_path, tiny_onnx, margin):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"]["tie_within"] = margin
+    problems = problems_of(write_workflow(tmp_path, workflow))
+    assert [p.where for p in problems] == ["select.tie_within"]
