@@ -179,8 +179,8 @@ class SelectSpec(_Strict):
         ge=0,
         lt=1,
         description=(
-            "Candidates whose objective is within this fraction of the best one's are tied too, even when their intervals do "
-            "not overlap (0.05: within 5%). An interval covers the noise of one run; runs minutes apart, or under another "
+            "For a timing objective: candidates within this fraction of the best one are tied too, even when their intervals "
+            "do not overlap (0.05: within 5%). An interval covers the noise of one run; runs minutes apart, or under another "
             "load, move a speedup by several percent more, and a choice should not flip on that. 0: ties by intervals only."
         ),
     )

@@ -188,3 +188,11 @@ def test_without_a_margin_only_overlapping_intervals_tie(tmp_path, tiny_onnx, re
     plain = result(tmp_path, 2, speedup=spread(1.18, 0.01, seed=9), cosines=[0.9958] * 32)
     select(resolved_with(tmp_path, tiny_onnx, tie_within=0), [ref, fused, plain])
     assert fused.chosen and "clear of the next best" in fused.verdict
+
+
+def test_the_tie_margin_applies_to_timings_only(tmp_path, tiny_onnx, ref) -> None:
+    lower = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=[0.96] * 32)
+    higher = result(tmp_path, 2, speedup=spread(1.5, 0.05, seed=3), cosines=[0.99] * 32)
+    resolved = resolved_with(tmp_path, tiny_onnx, objective={"metric": "fidelity.cosine_mean", "goal": "min"}, constraints=[])
+    select(resolved, [ref, lower, higher])
+    assert lower.chosen  # 0.96 vs 0.99 is within 5%, but a quality figure is not a timing
