@@ -292,11 +292,13 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
         if result is chosen:
             continue
         if result in tied:
-            result.verdict = f"tied with the chosen {label} (within noise or {margin:.0%}); lost on {_decider(rules, chosen, result)}"
+            within = f"within noise or {margin:.0%}" if margin else "within noise"
+            result.verdict = f"tied with the chosen {label} ({within}); lost on {_decider(rules, chosen, result)}"
         else:
             worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
             result.verdict = (
                 f"{worse} than the chosen {label}: {_describe(result, metric, intervals[result.candidate.id])}, outside its interval"
+                + (f" and more than {margin:.0%} behind" if margin else "")
             )
 
 
