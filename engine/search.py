@@ -25,7 +25,7 @@ from engine.core.search import Categorical
 from engine.planner import Candidate
 from engine.results import CandidateResult
 from engine.runner import Runner
-from engine.select import judge, slack
+from engine.select import judge, paired_metric, slack
 from engine.space import Point, TargetSpace
 from engine.trials import Heartbeat, file_lock, history_length, open_study, reclaim_stale
 
@@ -175,9 +175,7 @@ def objective_value(result: CandidateResult, runner: Runner) -> float:
     busy minute is not told as slow: the sampler learns what the choice is made on."""
     objective = runner.resolved.spec.select.objective
     value = result.metrics[objective.metric]
-    eval_id, _, name = objective.metric.partition(".")
-    entry = runner.resolved.evaluators.get(eval_id)
-    paired = f"{eval_id}.{entry.cls.paired_metrics[name]}" if entry is not None and name in entry.cls.paired_metrics else None
+    paired = paired_metric(runner.resolved, objective.metric)
     reference = runner.references.get(result.candidate.target)
     if paired is None or paired not in result.metrics or reference is None or objective.metric not in reference.metrics:
         return value

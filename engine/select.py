@@ -170,16 +170,23 @@ def _dominates(a: CandidateResult, b: CandidateResult, directions: dict[str, int
     return better
 
 
+def paired_metric(resolved: ResolvedWorkflow, metric: str) -> str | None:
+    """The paired figure its evaluator measures for ``metric`` (``latency.p50_ms`` →
+    ``latency.speedup``), or None."""
+    eval_id, _, name = metric.partition(".")
+    entry = resolved.evaluators.get(eval_id)
+    paired = entry.cls.paired_metrics.get(name) if entry is not None else None
+    return f"{eval_id}.{paired}" if paired else None
+
+
 def ranking_metric(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> tuple[str, int]:
     """What ranks the candidates: the objective, or its paired figure when the objective's
     evaluator measured one for every candidate (latency's p50_ms → speedup). Returns the metric
     and +1 (higher is better) or -1."""
     objective = resolved.spec.select.objective
-    eval_id, _, name = objective.metric.partition(".")
-    entry = resolved.evaluators.get(eval_id)
-    paired = entry.cls.paired_metrics.get(name) if entry is not None else None
-    if paired and results and all(f"{eval_id}.{paired}" in r.metrics for r in results):
-        return f"{eval_id}.{paired}", 1
+    paired = paired_metric(resolved, objective.metric)
+    if paired and results and all(paired in r.metrics for r in results):
+        return paired, 1
     return objective.metric, 1 if objective.goal == "max" else -1
 
 
