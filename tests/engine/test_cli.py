@@ -10,7 +10,7 @@ import time
 
 import jsonschema
 import yaml
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.cli import main
 from engine.run import run_workflow

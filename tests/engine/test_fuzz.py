@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import tiny_workflow
+from engine_helpers import tiny_workflow
 
 from engine.cli import main
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
 from engine.workflow import load_workflow

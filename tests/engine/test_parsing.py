@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
 from engine.workflow import load_workflow, read_workflow

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import tiny_workflow, write_workflow
+from engine_helpers import tiny_workflow, write_workflow
 
 from engine.planner import build_plan
 from engine.workflow import load_workflow

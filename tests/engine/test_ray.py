@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_workflow, write_workflow
+from engine_helpers import tiny_workflow, write_workflow
 
 from engine.run import run_workflow
 from engine.store import Store

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.run import run_workflow
 from engine.store import Store

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
 from engine.planner import build_plan

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import tiny_workflow, write_workflow
+from engine_helpers import tiny_workflow, write_workflow
 
 from engine.core.artifact import ModelArtifact
 from engine.planner import Candidate

@@ -280,7 +280,7 @@ def test_staging_folders_of_dead_owners_are_removed_and_live_ones_kept(tmp_path)
 
 
 def test_a_run_removes_the_staging_folders_of_killed_runs(tmp_path, tiny_onnx):
-    from conftest import tiny_workflow, write_workflow
+    from engine_helpers import tiny_workflow, write_workflow
 
     from engine.run import run_workflow
     from engine.workflow import load_workflow

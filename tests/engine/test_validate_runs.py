@@ -10,7 +10,7 @@ import time
 
 import pytest
 import yaml
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
 from engine.planner import build_plan

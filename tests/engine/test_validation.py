@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
 from engine.workflow import load_workflow
@@ -258,7 +258,7 @@ def test_an_input_folder_with_a_device_in_it_exits_2_naming_the_key_and_the_file
     import os
     import subprocess
 
-    from conftest import engine_cmd, tiny_workflow, write_workflow
+    from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
     model = tmp_path / "model"
     model.mkdir()

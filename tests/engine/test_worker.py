@@ -11,7 +11,7 @@ import sys
 import time
 
 import psutil
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.hashing import digest_tree
 

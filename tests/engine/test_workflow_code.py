@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.workflow import load_workflow
 from engine.workflow.code import code_of
