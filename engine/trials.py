@@ -60,17 +60,25 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def open_study(optuna: Any, storage_url: str, study_name: str, direction: str, lock: Path) -> Any:
-    """Create or load the study; concurrent runs creating it at once both get the same one."""
+def open_storage(optuna: Any, storage_url: str) -> Any:
+    """The study database, with optuna's heartbeats and the retry of trials whose run is gone."""
     from optuna.storages import RDBStorage
 
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if storage_url.startswith("sqlite") else {}
     # optuna < 5 names the stale-trial callback failed_trial_callback
     callback = "heartbeat_stale_trial_callback" if optuna.__version__ >= "5" else "failed_trial_callback"
-    with warnings.catch_warnings(), file_lock(lock):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        storage = RDBStorage(storage_url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **{callback: retry})
+        return RDBStorage(storage_url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **{callback: retry})
+
+
+def open_study(optuna: Any, storage: Any, study_name: str, direction: str, lock: Path) -> Any:
+    """Create or load the study (``storage``: a URL, or what ``open_storage`` returned);
+    concurrent runs creating it at once both get the same one."""
+    with file_lock(lock):
+        if isinstance(storage, str):
+            storage = open_storage(optuna, storage)
         for _ in range(5):  # another host may create it between our look and our write
             try:
                 return optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True, direction=direction)
@@ -107,7 +115,6 @@ def reclaim_stale(optuna: Any, study: Any) -> int:
     """Fail the RUNNING trials whose owner is gone and enqueue their points again."""
     from optuna.storages import fail_stale_trials
 
-    storage = study._storage
     taken = 0
     now = datetime.now()
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -119,10 +126,12 @@ def reclaim_stale(optuna: Any, study: Any) -> int:
         if not gone:
             continue
         try:
-            storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another run took it over first
-        retry(study, storage.get_trial(trial._trial_id))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
+                study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+            continue  # another run took it over first (finished before our look, or between look and write)
+        retry(study, trial)
         log.info("trial %d of %s was left by a run that is gone; its point is asked again", trial.number, study.study_name)
         taken += 1
     with warnings.catch_warnings():

@@ -20,7 +20,7 @@ from engine.core.errors import (
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
 from engine.core.hashing import canonical_json, digest_tree, sha256_json
 from engine.core.passes import Pass, PassConfig, PassContext, PassResult
-from engine.core.search import Categorical, Distribution, FloatRange, IntRange
+from engine.core.search import Categorical, Distribution, FloatRange, IntRange, Outcome, Sampler, Trial, TrialState
 from engine.core.target import Availability, Session, Target, TargetConfig, TensorSpec
 
 __all__ = [
@@ -39,18 +39,22 @@ __all__ = [
     "MetricResult",
     "MissingDependency",
     "ModelArtifact",
+    "Outcome",
     "Pass",
     "PassConfig",
     "PassContext",
     "PassError",
     "PassResult",
     "Problem",
+    "Sampler",
     "Session",
     "StrictConfig",
     "Target",
     "TargetConfig",
     "TargetUnavailable",
     "TensorSpec",
+    "Trial",
+    "TrialState",
     "canonical_json",
     "digest_tree",
     "library_versions",

@@ -1,10 +1,13 @@
-"""Search distributions: data that round-trips through JSON (the shape of optuna's)."""
+"""Search distributions: data that round-trips through JSON (the shape of optuna's); and the
+sampler protocol: what proposes points of a search space and learns from what they measured."""
 
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 
 def _check_range(low: float, high: float, log: bool) -> None:
@@ -168,3 +171,57 @@ def grid_points(dims: dict[str, SearchDim], base: dict[str, Any], limit: int | N
                 return grown[:limit]
         points = grown
     return points
+
+
+# -- samplers -------------------------------------------------------------------------------------
+class TrialState(enum.Enum):
+    """How a proposed point ended, as a sampler is told it (the values are a candidate's states)."""
+
+    COMPLETE = "complete"  # measured: the objective value is known
+    FAILED = "failed"  # a job of the candidate failed, or the point is no candidate of the plan
+    PRUNED = "pruned"  # not measured to the end: a shared job failed, or the objective was not reached
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A point of the search space. ``number`` is the sampler's own name for a point it proposed;
+    None for a point it did not propose (a baseline), told so that it can learn from it too."""
+
+    point: Mapping[str, Any]
+    number: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a sampler learns of a trial, computed by the search: the state, the objective value
+    (COMPLETE only; a timing is anchored on the reference's, so a busy minute does not read as a
+    slow point) and each constraint's slack (<= 0: it holds)."""
+
+    state: TrialState
+    value: float | None = None
+    slacks: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.state is TrialState.COMPLETE) != (self.value is not None):
+            raise ValueError(f"a {self.state.value} outcome {'needs' if self.value is None else 'has no'} objective value")
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Proposes the points of one target's search space: ``ask`` → the engine processes the point
+    → ``tell``. The search calls, in order: ``resume`` once (points earlier runs of the same search
+    finished, processed again from the cache and not told), ``tell`` for each baseline (a Trial
+    with no number), then ``ask``/``tell`` until its budget is spent or ``ask`` returns None; then
+    ``close``."""
+
+    #: consecutive asks that only found points processed before, after which the sampler is deemed
+    #: exhausted; None: never (a sampler that proposes each point once)
+    max_repeats: int | None
+
+    def resume(self) -> list[Trial]: ...
+
+    def ask(self) -> Trial | None: ...
+
+    def tell(self, trial: Trial, outcome: Outcome) -> None: ...
+
+    def close(self) -> None: ...

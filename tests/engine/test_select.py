@@ -159,17 +159,14 @@ def test_intervals_are_kept_on_every_measured_metric(tmp_path, tiny_onnx, ref) -
 
 
 def test_samplers_are_told_the_reference_anchored_time_not_a_busy_minutes_milliseconds(tmp_path, tiny_onnx, ref) -> None:
-    from types import SimpleNamespace
-
     from engine.search import objective_value
 
     resolved = resolved_with(tmp_path, tiny_onnx)
     ref.metrics["latency.p50_ms"] = 20.0
     candidate = result(tmp_path, 1, speedup=[2.0, 2.0, 2.0], cosines=[0.999] * 32)
     candidate.metrics["latency.p50_ms"] = 35.0  # timed while the machine was busy
-    runner = SimpleNamespace(resolved=resolved, references={"cpu": ref})
-    assert objective_value(candidate, runner) == pytest.approx(10.0)
-    assert objective_value(ref, runner) == pytest.approx(20.0)
+    assert objective_value(resolved, candidate, ref) == pytest.approx(10.0)
+    assert objective_value(resolved, ref, ref) == pytest.approx(20.0)
 
 
 def test_a_difference_within_the_tie_margin_is_not_acted_on(tmp_path, tiny_onnx, ref) -> None:
