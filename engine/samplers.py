@@ -61,7 +61,7 @@ class OptunaSampler:
         self.space = space
         self.seed = seed
         self.lock = lock  # serializes study creation and baseline trials between runs sharing the store
-        self.storage = open_storage(optuna, storage)
+        self.storage = open_storage(optuna, storage, lock)
         self.study = open_study(optuna, self.storage, study_name, "maximize" if goal == "max" else "minimize", lock)
         self.study_id = self.storage.get_study_id_from_name(study_name)
         self.heartbeat = Heartbeat(self.storage)

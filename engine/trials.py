@@ -60,14 +60,15 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def open_storage(optuna: Any, storage_url: str) -> Any:
-    """The study database, with optuna's heartbeats and the retry of trials whose run is gone."""
+def open_storage(optuna: Any, storage_url: str, lock: Path) -> Any:
+    """The study database, with optuna's heartbeats and the retry of trials whose run is gone;
+    created under ``lock`` (concurrent runs creating its tables at once would collide)."""
     from optuna.storages import RDBStorage
 
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if storage_url.startswith("sqlite") else {}
     # optuna < 5 names the stale-trial callback failed_trial_callback
     callback = "heartbeat_stale_trial_callback" if optuna.__version__ >= "5" else "failed_trial_callback"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), file_lock(lock):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
         return RDBStorage(storage_url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **{callback: retry})
@@ -76,9 +77,11 @@ def open_storage(optuna: Any, storage_url: str) -> Any:
 def open_study(optuna: Any, storage: Any, study_name: str, direction: str, lock: Path) -> Any:
     """Create or load the study (``storage``: a URL, or what ``open_storage`` returned);
     concurrent runs creating it at once both get the same one."""
-    with file_lock(lock):
-        if isinstance(storage, str):
-            storage = open_storage(optuna, storage)
+    if isinstance(storage, str):
+        storage = open_storage(optuna, storage, lock)
+    with warnings.catch_warnings(), file_lock(lock):
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
         for _ in range(5):  # another host may create it between our look and our write
             try:
                 return optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True, direction=direction)
