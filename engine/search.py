@@ -133,14 +133,14 @@ class TargetSearch:
         if self.spec.baselines:
             baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen]
             baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
-            for candidate, result in zip(baselines, self.process_all(baselines), strict=True):
-                if candidate.point is not None:
-                    sampler.tell(Trial(candidate.point), self.outcome(result))  # a point it did not propose
+            for baseline, result in zip(baselines, self.process_all(baselines), strict=True):
+                if baseline.point is not None:
+                    sampler.tell(Trial(baseline.point), self.outcome(result))  # a point it did not propose
         # a resumed search: what earlier runs finished comes back from the cache
-        for trial in sampler.resume():
-            candidate = plan.candidate(self.target, dict(trial.point))
-            if candidate is not None and candidate.id not in self.seen:
-                self.process_all([candidate])
+        for finished in sampler.resume():
+            again = plan.candidate(self.target, dict(finished.point))
+            if again is not None and again.id not in self.seen:
+                self.process_all([again])
         repeats = 0
         limit = float("inf") if sampler.max_repeats is None else sampler.max_repeats
         while self.budget_left() and repeats < limit:

@@ -209,10 +209,10 @@ class Outcome:
 @runtime_checkable
 class Sampler(Protocol):
     """Proposes the points of one target's search space: ``ask`` → the engine processes the point
-    → ``tell``. The search calls, in order: ``resume`` once (points earlier runs of the same search
-    finished, processed again from the cache and not told), ``tell`` for each baseline (a Trial
-    with no number), then ``ask``/``tell`` until its budget is spent or ``ask`` returns None; then
-    ``close``."""
+    → ``tell``. The search calls, in order: ``tell`` for each baseline (a Trial with no number),
+    ``resume`` once (the points earlier runs of the same search finished: processed again, from
+    the cache, and not told), then ``ask``/``tell`` until its budget is spent or ``ask`` returns
+    None; then ``close``."""
 
     #: consecutive asks that only found points processed before, after which the sampler is deemed
     #: exhausted; None: never (a sampler that proposes each point once)
