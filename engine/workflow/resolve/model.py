@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.config import StrictConfig
 from engine.core.search import SearchDim
 from engine.core.target import Availability, Target
 from engine.workflow.schema import Workflow
@@ -31,6 +32,8 @@ class Step:
     timeout_s: float | None
     #: options the workflow filled in, and from where (``{"task": "input.task"}``)
     filled: dict[str, str] = field(default_factory=dict)
+    #: ``config`` as the pass's ``Config`` instance (``config`` is its JSON, what keys hash)
+    typed_config: StrictConfig | None = None
 
 
 @dataclass
@@ -49,6 +52,7 @@ class EvaluatorEntry:
     config: dict[str, Any]
     timeout_s: float | None
     candidates: bool = True  # false: only for passes that measure with it
+    typed_config: StrictConfig | None = None  # ``config`` as the evaluator's ``Config`` instance
 
 
 @dataclass
@@ -57,6 +61,7 @@ class DataEntry:
     cls: Any
     config: dict[str, Any]  # paths made absolute
     files: list[Path]
+    typed_config: StrictConfig | None = None  # ``config`` as the source's ``Config`` instance
 
 
 @dataclass

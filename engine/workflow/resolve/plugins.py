@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from engine import registry
 from engine.core.config import StrictConfig
@@ -41,9 +41,9 @@ SECTIONS = {
 }
 
 
-def config_model(cls: Any) -> type[BaseModel]:
+def config_model(cls: Any) -> type[StrictConfig]:
     """The pydantic model a plugin's options are validated against (and documented by)."""
-    model: type[BaseModel] = cls.Config
+    model: type[StrictConfig] = cls.Config
     return model
 
 

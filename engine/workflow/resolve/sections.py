@@ -15,7 +15,7 @@ from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.checks import dataset_refs
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, TargetEntry
 from engine.workflow.resolve.parts import Parts
-from engine.workflow.resolve.plugins import Where, existing_file, lookup, validate_config
+from engine.workflow.resolve.plugins import Where, config_model, existing_file, lookup, validate_config
 from engine.workflow.source import WorkflowSource
 
 
@@ -58,9 +58,9 @@ def resolve_data(parts: Parts, source: WorkflowSource, problems: list[Problem]) 
             continue
         values = dict(options)
         files = absolute_files(cls, values, source, where, f"the file of dataset '{name}' does not exist", problems)
-        config = validate_config(cls.Config, values, source, where, f"data source '{cls.name}'", problems)
+        config = validate_config(config_model(cls), values, source, where, f"data source '{cls.name}'", problems)
         if config is not None:
-            datasets[name] = DataEntry(name=name, cls=cls, config=config.to_json(), files=files)
+            datasets[name] = DataEntry(name=name, cls=cls, config=config.to_json(), files=files, typed_config=config)
     return datasets
 
 
@@ -110,13 +110,19 @@ def resolve_evaluators(parts: Parts, source: WorkflowSource, problems: list[Prob
         values = dict(spec.config)
         missing = "the file named by evaluation option '{option}' does not exist"
         absolute_files(cls, values, source, (*where, "config"), missing, problems)
-        config = validate_config(cls.Config, values, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
+        config = validate_config(config_model(cls), values, source, (*where, "config"), f"evaluator '{cls.name}'", problems)
         config_json = config.to_json() if config is not None else None
         problems.extend(dataset_refs(cls, config_json, parts.data_names, source, (*where, "config")))
         if spec.id in evaluators:
             problems.append(source.problem((*where, "id"), f"evaluation id '{spec.id}' is used twice"))
         elif config_json is not None:
             evaluators[spec.id] = EvaluatorEntry(
-                id=spec.id, name=cls.name, cls=cls, config=config_json, timeout_s=spec.timeout_s, candidates=spec.candidates
+                id=spec.id,
+                name=cls.name,
+                cls=cls,
+                config=config_json,
+                timeout_s=spec.timeout_s,
+                candidates=spec.candidates,
+                typed_config=config,
             )
     return evaluators

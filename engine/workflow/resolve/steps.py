@@ -10,7 +10,7 @@ from engine.core.refs import RefKind, references
 from engine.workflow.resolve import checks
 from engine.workflow.resolve.model import InputModel, Step
 from engine.workflow.resolve.parts import Parts
-from engine.workflow.resolve.plugins import Where, lookup, validate_config
+from engine.workflow.resolve.plugins import Where, config_model, lookup, validate_config
 from engine.workflow.resolve.search import resolve_search
 from engine.workflow.schema import StepSpec
 from engine.workflow.source import WorkflowSource
@@ -36,7 +36,7 @@ def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: Wo
     owner = f"pass '{cls.name}'"
     values = dict(spec.config)
     filled = fill_from_workflow(cls, values, task)
-    typed = validate_config(cls.Config, values, source, (*where, "config"), owner, problems)
+    typed = validate_config(config_model(cls), values, source, (*where, "config"), owner, problems)
     config = typed.to_json() if typed is not None else None
     problems.extend(checks.dataset_refs(cls, config, parts.data_names, source, (*where, "config")))
     problems.extend(checks.measuring_pass_is_target_dependent(cls, source, where))
@@ -57,6 +57,7 @@ def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: Wo
         optional=spec.optional,
         timeout_s=spec.timeout_s,
         filled=filled,
+        typed_config=typed,
     )
 
 
