@@ -22,9 +22,16 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def typed(model: type[M], value: Any) -> M | None:
-    """``value`` as a ``model``, or None when it is not valid (alone)."""
+    """``value`` as a ``model``, or None when it is not valid (alone). A mapping whose bad keys
+    are optional is taken without them (their defaults instead): the rest is still checked."""
     try:
         return model.model_validate(value)
+    except ValidationError as error:
+        bad = {item["loc"][0] for item in error.errors() if item["loc"]}
+        if not isinstance(value, dict) or not bad or len(bad) < len({item["loc"][:1] for item in error.errors()}):
+            return None  # not a mapping, or a problem of the whole part
+    try:
+        return model.model_validate({key: item for key, item in value.items() if key not in bad})
     except ValidationError:
         return None
 
