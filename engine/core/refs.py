@@ -15,11 +15,13 @@ The markers are plain metadata: they change neither validation nor the JSON sche
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
-from typing import Annotated, Any, TypeVar, get_args, get_origin
+from functools import cache, reduce
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -71,6 +73,22 @@ def _markers(annotation: Any) -> list[Ref]:
     return found
 
 
+def _has_annotated(annotation: Any) -> bool:
+    return get_origin(annotation) is Annotated or any(_has_annotated(arg) for arg in get_args(annotation))
+
+
+def without_markers(annotation: Any) -> Any:
+    """The type with the ``Annotated`` wrappers inside unions taken off (``DatasetRef | None`` ->
+    ``str | None``), as shown to a person; a type without any is returned as it is."""
+    if not _has_annotated(annotation):
+        return annotation
+    if get_origin(annotation) is Annotated:
+        return without_markers(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return reduce(operator.or_, [without_markers(arg) for arg in get_args(annotation)])
+    return annotation
+
+
 @cache
 def reference_fields(config_cls: type[BaseModel]) -> dict[str, Ref]:
     """Field name -> its reference marker, for the fields of ``config_cls`` that are references."""
@@ -119,4 +137,5 @@ __all__ = [
     "reference_fields",
     "referenced",
     "references",
+    "without_markers",
 ]

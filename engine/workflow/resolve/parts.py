@@ -21,14 +21,15 @@ from engine.workflow.schema import EvaluateSpec, InputSpec, StepSpec
 M = TypeVar("M", bound=BaseModel)
 
 
-def typed(model: type[M], value: Any) -> M | None:
+def typed(model: type[M], value: Any, keep: tuple[str, ...] = ("config",)) -> M | None:
     """``value`` as a ``model``, or None when it is not valid (alone). A mapping whose bad keys
-    are optional is taken without them (their defaults instead): the rest is still checked."""
+    are optional is taken without them (their defaults instead), so the rest is still checked;
+    a bad key in ``keep`` fails the whole part (a plugin's options are not checked as none)."""
     try:
         return model.model_validate(value)
     except ValidationError as error:
         bad = {item["loc"][0] for item in error.errors() if item["loc"]}
-        if not isinstance(value, dict) or not bad or len(bad) < len({item["loc"][:1] for item in error.errors()}):
+        if not isinstance(value, dict) or not bad or bad & set(keep) or len(bad) < len({item["loc"][:1] for item in error.errors()}):
             return None  # not a mapping, or a problem of the whole part
     try:
         return model.model_validate({key: item for key, item in value.items() if key not in bad})
@@ -83,6 +84,12 @@ def _select_metrics(select: dict[str, Any]) -> list[tuple[Where, Any]]:
     return uses
 
 
+def _with_id(item: Any) -> Any:
+    """An evaluation without an id is checked as if named after its evaluator (the missing id is
+    reported by the whole file's validation)."""
+    return {"id": item.get("evaluator"), **item} if isinstance(item, dict) and "id" not in item else item
+
+
 def parts_of(data: dict[str, Any]) -> Parts:
     steps, evaluate, targets = _items(data.get("steps")), _items(data.get("evaluate")), _items(data.get("targets"))
     datasets = {name: options for name, options in _mapping(data.get("data")).items() if isinstance(options, dict)}
@@ -92,7 +99,7 @@ def parts_of(data: dict[str, Any]) -> Parts:
         targets=targets,
         steps=[(i, spec) for i, item in enumerate(steps) if (spec := typed(StepSpec, item)) is not None],
         raw_steps=steps,
-        evaluate=[(i, spec) for i, item in enumerate(evaluate) if (spec := typed(EvaluateSpec, item)) is not None],
+        evaluate=[(i, spec) for i, item in enumerate(evaluate) if (spec := typed(EvaluateSpec, _with_id(item))) is not None],
         evaluate_count=sum(isinstance(item, dict) for item in evaluate),
         metrics=_select_metrics(_mapping(data.get("select"))),
         data_names=Names(list(_mapping(data.get("data")))),

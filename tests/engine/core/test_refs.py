@@ -69,3 +69,11 @@ def test_builtin_plugins_declare_their_references_by_type() -> None:
     assert reference_fields(load("evaluators", "custom").Config)["file"].code
     assert references(load("datasources", "npz").Config)[RefKind.FILE] == ("path",)
     assert RefKind.FILE not in references(load("datasources", "synthetic").Config)
+
+
+def test_types_are_shown_without_their_markers() -> None:
+    from engine.core.refs import without_markers
+
+    fields = Options.model_fields
+    assert str(without_markers(fields["calibration"].annotation)) == "str | None"
+    assert without_markers(fields["extra"].annotation) == list[str]  # nothing to take off
