@@ -2,8 +2,8 @@
 
 ``Workflow`` validates the whole file, and one bad key fails it; resolving must still check
 everything else, so each part (the input, each step, each evaluation) is validated on its own
-with the same schema models, and only the parts that are valid alone are resolved further (a
-part that is not was reported by the whole file's validation). The names a part declares (step
+with the same schema models, and only the parts that are valid alone (less their bad optional
+keys) are resolved further (what is wrong with a part was reported by the whole file's validation). The names a part declares (step
 ids, target ids, dataset names, evaluation ids) are taken even from a part that is invalid, so a
 reference to it is not reported a second time.
 """
