@@ -77,3 +77,15 @@ def test_types_are_shown_without_their_markers() -> None:
     fields = Options.model_fields
     assert str(without_markers(fields["calibration"].annotation)) == "str | None"
     assert without_markers(fields["extra"].annotation) == list[str]  # nothing to take off
+
+
+def test_the_input_task_fills_only_the_options_typed_input_task() -> None:
+    from engine.workflow.resolve.steps import fill_from_workflow
+
+    export, fusion = registry.load("passes", "torch_export"), registry.load("passes", "ort_fusion")
+    values: dict[str, object] = {}
+    assert fill_from_workflow(export, values, "text-classification") == {"task": "input.task"}
+    assert values == {"task": "text-classification"}
+    given = {"task": "feature-extraction"}
+    assert fill_from_workflow(export, given, "text-classification") == {} and given == {"task": "feature-extraction"}
+    assert fill_from_workflow(fusion, {}, "text-classification") == {}
