@@ -99,7 +99,7 @@ def parts_of(data: dict[str, Any]) -> Parts:
         targets=targets,
         steps=[(i, spec) for i, item in enumerate(steps) if (spec := typed(StepSpec, item)) is not None],
         raw_steps=steps,
-        evaluate=[(i, spec) for i, item in enumerate(evaluate) if (spec := typed(EvaluateSpec, _with_id(item))) is not None],
+        evaluate=[(i, entry) for i, item in enumerate(evaluate) if (entry := typed(EvaluateSpec, _with_id(item))) is not None],
         evaluate_count=sum(isinstance(item, dict) for item in evaluate),
         metrics=_select_metrics(_mapping(data.get("select"))),
         data_names=Names(list(_mapping(data.get("data")))),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -96,7 +97,7 @@ def validate_config(
         return None
 
 
-def user_file(text: str, source: WorkflowSource, where: Where, problems: list[Problem]) -> Any:
+def user_file(text: str, source: WorkflowSource, where: Where, problems: list[Problem]) -> Path | None:
     """A path option made absolute (relative to the workflow's folder), or None and a problem."""
     try:
         return userfiles.user_path(source.file.parent, text)
@@ -105,7 +106,7 @@ def user_file(text: str, source: WorkflowSource, where: Where, problems: list[Pr
         return None
 
 
-def existing_file(text: str, source: WorkflowSource, where: Where, missing: str, problems: list[Problem]) -> Any:
+def existing_file(text: str, source: WorkflowSource, where: Where, missing: str, problems: list[Problem]) -> Path | None:
     """``user_file``, and a problem saying ``missing`` when no file is there. The absolute path, or
     None when the text cannot be a path."""
     file = user_file(text, source, where, problems)
