@@ -132,6 +132,22 @@ def metric_refs(uses: list[tuple[Where, Any]], evaluators: dict[str, EvaluatorEn
     return problems
 
 
+def repeated_ids(items: Sequence[Any], source: WorkflowSource) -> tuple[set[int], list[Problem]]:
+    """The indexes of steps whose id an earlier step has (malformed steps included), and a problem each."""
+    seen: set[str] = set()
+    repeats: set[int] = set()
+    problems = []
+    for index, item in enumerate(items):
+        step_id = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(step_id, str):
+            continue
+        if step_id in seen:
+            repeats.add(index)
+            problems.append(source.problem(("steps", index, "id"), f"step id '{step_id}' is used twice", hint="give each step its own id"))
+        seen.add(step_id)
+    return repeats, problems
+
+
 def find_cycle(parents: dict[str, str]) -> list[str] | None:
     """The steps of one cycle of ``after`` links, in order (each comes after the one before it),
     or None. Each step has one ``after``, so following the links from each step finds them all."""

@@ -72,12 +72,11 @@ def resolve_steps(parts: Parts, input_model: InputModel | None, source: Workflow
     task = parts.input.task if parts.input is not None else None
     steps: dict[str, Step] = {}
     parents: dict[str, str] = {}  # step id -> the step it comes after
-    seen: set[str] = set()
+    repeats, found = checks.repeated_ids(parts.raw_steps, source)
+    problems.extend(found)
     for index, spec in parts.steps:
-        if spec.id in seen:
-            problems.append(source.problem(("steps", index, "id"), f"step id '{spec.id}' is used twice", hint="give each step its own id"))
+        if index in repeats:
             continue
-        seen.add(spec.id)
         problems.extend(_links(index, spec, parts, source))
         if spec.after is not None and spec.after in parts.step_ids:
             parents[spec.id] = spec.after
@@ -85,8 +84,8 @@ def resolve_steps(parts: Parts, input_model: InputModel | None, source: Workflow
         if step is not None:
             steps[step.id] = step
     index_of = {item["id"]: i for i, item in enumerate(parts.raw_steps) if isinstance(item, dict) and isinstance(item.get("id"), str)}
-    found = checks.cycle(parents, index_of, source)
-    problems.extend(found)
-    if not found and input_model is not None:
+    cycle = checks.cycle(parents, index_of, source)
+    problems.extend(cycle)
+    if not cycle and input_model is not None:
         problems.extend(checks.chain(steps, input_model, index_of, source))
     return steps
