@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, TypeAdapter, ValidationError
 
-from engine.core.artifact import FORMATS
+from engine.core.artifact import known_format
 from engine.core.hashing import sha256_json
 
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _known(name: str) -> str:
+    if not known_format(name):
+        raise ValueError(f"unknown model format {name!r}")
+    return name
+
+
+Format = Annotated[str, AfterValidator(_known)]  # any registered format, plugins' included
 
 
 class _Record(BaseModel):
@@ -27,7 +36,7 @@ class _Record(BaseModel):
 class PassRecord(_Record):
     kind: Literal["pass"]
     digest: Digest
-    format: Literal[tuple(FORMATS)]  # type: ignore[valid-type]
+    format: Format
     attrs: dict[str, Any] = {}
     details: dict[str, Any] = {}
     notes: list[str] = []

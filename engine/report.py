@@ -15,6 +15,7 @@ from rich.table import Table
 
 from engine import registry
 from engine.core.errors import KilnError
+from engine.core.refs import without_markers
 from engine.keys import explain
 from engine.results import CandidateResult, RunReport
 from engine.runner import Runner
@@ -324,7 +325,7 @@ def print_plugin(kind: str, cls: Any) -> None:
     for option, info in cls.Config.model_fields.items():
         if option in ("id", "runtime", "source"):
             continue
-        annotation = str(info.annotation).replace("typing.", "")
+        annotation = str(without_markers(info.annotation)).replace("typing.", "")
         default = "required" if info.is_required() else json.dumps(info.get_default(call_default_factory=True), default=str)
         table.add_row(escape(option), escape(annotation), escape(default), escape(info.description or ""))
     console.print(table)

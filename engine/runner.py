@@ -19,6 +19,7 @@ from engine import keys, registry
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import InputError
 from engine.core.hashing import sha256_json
+from engine.core.refs import RefKind, referenced, references
 from engine.executor import LocalExecutor, Outcome
 from engine.gate import Gate
 from engine.planner import Candidate, Plan
@@ -88,22 +89,19 @@ class Runner:
     def compute_dataset_keys(self) -> dict[str, str]:
         for name, entry in self.resolved.datasets.items():
             file_digests = {
-                option: located(
-                    self.resolved, f"data.{name}.{option}", lambda p=Path(entry.config[option]): self.store.cached_digest(p, "file")
-                )
-                for option in entry.cls.path_options
-                if entry.config.get(option) and entry.config[option] not in entry.cls.path_sentinels
+                option: located(self.resolved, f"data.{name}.{option}", lambda p=Path(path): self.store.cached_digest(p, "file"))
+                for option, path in referenced(entry.cls.Config, entry.config, RefKind.FILE).items()
             }
             self.dataset_keys[name], self.dataset_docs[name] = keys.dataset_key(entry.cls, entry.config, file_digests, self.input.digest)
         return self.dataset_keys
 
     def _data_refs(self, cls: Any, config: dict[str, Any]) -> dict[str, str]:
-        names = [config[o] for o in getattr(cls, "dataset_options", ()) if isinstance(config.get(o), str)]
+        names = list(referenced(cls.Config, config, RefKind.DATASET).values())
         return {name: self.dataset_keys[name] for name in names}
 
     def _evaluations_for(self, cls: Any, config: dict[str, Any]) -> dict[str, Any]:
-        """The workflow evaluations a pass measures with (``evaluation_options``), by id."""
-        ids = [config[o] for o in getattr(cls, "evaluation_options", ()) if isinstance(config.get(o), str)]
+        """The workflow evaluations a pass measures with (its ``EvaluationRef`` options), by id."""
+        ids = list(referenced(cls.Config, config, RefKind.EVALUATION).values())
         out = {}
         for eval_id in ids:
             entry = self.resolved.evaluators[eval_id]
@@ -121,16 +119,15 @@ class Runner:
         step = self.resolved.steps[job.step_id]
         target = self.resolved.targets[job.target].instance.fingerprint() if job.target else None
         data = self._pass_data_refs(step.pass_cls, job.config)
-        if step.pass_cls.uses_input_model:
+        if RefKind.INPUT_MODEL in references(step.pass_cls.Config):
             data = {**data, "workflow input": self.input.digest}
         return keys.pass_key(step.pass_cls, job.config, input_digest, data, target, self._evaluations_for(step.pass_cls, job.config))
 
     def eval_key(self, entry: Any, model_digest: str, reference_digest: str | None, target_id: str) -> tuple[str, dict[str, Any]]:
         """An evaluation's key: the datasets it reads by key, the files it names by content."""
         refs = self._data_refs(entry.cls, entry.config)
-        files = {
-            f"file:{o}": self.store.cached_digest(Path(entry.config[o]), "file") for o in entry.cls.path_options if entry.config.get(o)
-        }
+        paths = referenced(entry.cls.Config, entry.config, RefKind.FILE)
+        files = {f"file:{o}": self.store.cached_digest(Path(path), "file") for o, path in paths.items()}
         fingerprint = self.resolved.targets[target_id].instance.fingerprint()
         return keys.eval_key(entry.cls, entry.config, model_digest, reference_digest, fingerprint, {**refs, **files})
 

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
-from engine import registry
-from engine.core.errors import KilnError
+from engine.workflow.resolve.plugins import SECTIONS, config_model, loadable
 from engine.workflow.schema import Workflow
-
-log = logging.getLogger(__name__)
 
 
 def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
@@ -28,20 +24,15 @@ def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> di
     return dict(json.loads(text))
 
 
-def _plugin_branches(kind: str, key: str, where: str, defs: dict[str, Any]) -> list[dict[str, Any]]:
+def _plugin_branches(kind: str, defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ``if <key> is NAME then <its Config's schema>`` branch per plugin of ``kind``: the same
+    table (``SECTIONS``) and models that validation checks a workflow's plugin options with."""
+    section = SECTIONS[kind]
     branches = []
-    for name in registry.names(kind):
-        try:
-            cls = registry.load(kind, name)
-        except KilnError as error:  # a broken or uninstalled plugin must not take the schema down
-            log.warning("%s", error)
-            continue
-        schema = _hoist_defs(cls.Config.model_json_schema(), f"{kind}.{name}", defs)
-        if where:
-            then = {"properties": {where: schema}}
-        else:
-            then = schema
-        branches.append({"if": {"properties": {key: {"const": name}}, "required": [key]}, "then": then})
+    for name, cls in loadable(kind).items():
+        schema = _hoist_defs(config_model(cls).model_json_schema(), f"{kind}.{name}", defs)
+        then = {"properties": {section.options_at: schema}} if section.options_at else schema
+        branches.append({"if": {"properties": {section.key: {"const": name}}, "required": [section.key]}, "then": then})
     return branches
 
 
@@ -50,16 +41,16 @@ def full_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "Kiln workflow (version 1)"
     defs = schema.setdefault("$defs", {})
-    defs["StepSpec"]["allOf"] = _plugin_branches("passes", "pass", "config", defs)
-    defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", "evaluator", "config", defs)
+    defs["StepSpec"]["allOf"] = _plugin_branches("passes", defs)
+    defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", defs)
     schema["properties"]["targets"]["items"] = {
         "type": "object",
         "required": ["id", "runtime"],
-        "allOf": _plugin_branches("targets", "runtime", "", defs),
+        "allOf": _plugin_branches("targets", defs),
     }
     schema["properties"]["data"]["additionalProperties"] = {
         "type": "object",
         "required": ["source"],
-        "allOf": _plugin_branches("datasources", "source", "", defs),
+        "allOf": _plugin_branches("datasources", defs),
     }
     return schema

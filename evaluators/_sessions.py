@@ -12,6 +12,7 @@ from pydantic import Field
 
 from engine.core.errors import EvaluationError, KilnError, MissingDependency, TargetUnavailable
 from engine.core.evaluator import EvaluatorConfig
+from engine.core.refs import DatasetRef
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,7 +99,7 @@ class FeedConfig(EvaluatorConfig):
         description="Length of unnamed symbolic axes after the first (synthetic feeds only; a dataset brings its own).",
     )
     dims: dict[str, int] = Field(default_factory=dict, description="Lengths for named symbolic axes of the inputs (synthetic feeds only).")
-    data: str | None = Field(
+    data: DatasetRef | None = Field(
         default=None,
         description="A dataset whose first batch_size samples are the feeds. Omit for random feeds made from the model's inputs.",
     )

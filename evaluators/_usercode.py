@@ -2,7 +2,7 @@
 
 This runs the user's code in the worker process, by design: the workflow's author wrote it. The
 engine has already made the path absolute, checked it exists, and hashed its content into the
-evaluation key (``path_options``), so an edited file is measured again.
+evaluation key (a ``FilePath`` option), so an edited file is measured again.
 """
 
 from __future__ import annotations

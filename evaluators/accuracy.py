@@ -17,6 +17,7 @@ from pydantic import Field
 
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
+from engine.core.refs import DatasetRef, FilePath
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 from evaluators._usercode import describe_exception, load_function
 
@@ -45,11 +46,11 @@ class Accuracy(Evaluator):
     summary = "Top-k accuracy and F1 (macro, micro) of a classifier's argmax prediction against a labelled dataset."
     version = "1"
     metrics = ("top1", "top2", "top3", "top5", "f1_macro", "f1_micro", "samples")
-    dataset_options = ("data",)
-    path_options = ("postprocess",)
 
     class Config(EvaluatorConfig):
-        data: str = Field(description="A labelled dataset (e.g. csv/jsonl with label_column, npz with labels, image_folder, sklearn).")
+        data: DatasetRef = Field(
+            description="A labelled dataset (e.g. csv/jsonl with label_column, npz with labels, image_folder, sklearn)."
+        )
         output: str | None = Field(default=None, description="The model output holding class scores. Omit for the first output.")
         top_k: list[Literal[1, 2, 3, 5]] = Field(
             default_factory=lambda: [1],
@@ -61,7 +62,7 @@ class Accuracy(Evaluator):
             default=1, ge=1, description="Samples per inference (more is faster where the model takes a dynamic batch)."
         )
         max_samples: int | None = Field(default=None, ge=1, description="Score the first N samples only. Omit for the whole dataset.")
-        postprocess: str | None = Field(
+        postprocess: FilePath | None = Field(
             default=None,
             description=(
                 "A Python file whose function `postprocess_function` turns the chosen output of one batch (a numpy array) into "

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from engine.core.errors import EvaluationError, KilnError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
+from engine.core.refs import CodePath, DatasetRef
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 from evaluators._usercode import describe_exception, load_function
 
@@ -71,17 +72,14 @@ class Custom(Evaluator):
     summary = "A metric computed by a function from a Python file the workflow names (runs code from that file)."
     version = "1"
     metrics = ()
-    dataset_options = ("data",)
-    path_options = ("file",)
-    code_options = ("file",)
 
     class Config(EvaluatorConfig):
-        file: str = Field(
+        file: CodePath = Field(
             description="The Python file defining the metric function (its code runs in the worker); relative paths start at the workflow's folder."
         )
         function: str = Field(description="The function to call: function(run, data, **options) -> {metric: number}.")
         metrics: list[str] = Field(min_length=1, description="The names of the figures the function returns, e.g. [exact_match, bleu].")
-        data: str | None = Field(default=None, description="The dataset passed as `data`. Omit to pass None.")
+        data: DatasetRef | None = Field(default=None, description="The dataset passed as `data`. Omit to pass None.")
         options: dict[str, Any] = Field(
             default_factory=dict, description="Keyword arguments passed to the function as they are (part of the evaluation key)."
         )

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
+from engine.core.refs import DatasetRef
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 
 if TYPE_CHECKING:
@@ -56,10 +57,9 @@ class Fidelity(Evaluator):
     version = "1"
     needs_reference = True
     metrics = ("cosine_mean", "cosine_min", "cosine_p5", "max_abs_error", "mean_abs_error", "samples")
-    dataset_options = ("data",)
 
     class Config(EvaluatorConfig):
-        data: str = Field(description="The dataset both models are run on.")
+        data: DatasetRef = Field(description="The dataset both models are run on.")
         batch_size: int = Field(default=1, ge=1, description="Samples per inference.")
         max_samples: int | None = Field(default=None, ge=1, description="Compare on the first N samples only. Omit for the whole dataset.")
         outputs: list[str] | None = Field(

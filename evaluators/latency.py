@@ -77,7 +77,6 @@ class Latency(Evaluator):
         "others_cores",
     )
     paired_metrics = {"p50_ms": "speedup", "mean_ms": "speedup", "throughput_per_s": "speedup"}
-    dataset_options = ("data",)
 
     class Config(FeedConfig):
         warmup: int = Field(

@@ -108,7 +108,6 @@ class Memory(Evaluator):
     summary = "Peak resident memory while a model loads and runs, and the memory added by loading it and by running it (MiB)."
     version = "1"
     metrics = ("peak_rss_mb", "load_delta_mb", "run_delta_mb")
-    dataset_options = ("data",)
     libraries = ("psutil",)
 
     class Config(FeedConfig):

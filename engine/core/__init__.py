@@ -6,7 +6,7 @@ with ``engine.core.data``, which plugins import when they need datasets.
 
 from __future__ import annotations
 
-from engine.core.artifact import FORMATS, ModelArtifact
+from engine.core.artifact import FORMATS, ArtifactFormat, ModelArtifact, known_format, register_format
 from engine.core.config import StrictConfig, library_versions
 from engine.core.errors import (
     EvaluationError,
@@ -20,20 +20,29 @@ from engine.core.errors import (
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
 from engine.core.hashing import canonical_json, digest_tree, sha256_json
 from engine.core.passes import Pass, PassConfig, PassContext, PassResult
+from engine.core.refs import CodePath, DatasetRef, EvaluationRef, FileOrInput, FilePath, InputModelField, InputTask, RefKind, references
 from engine.core.search import Categorical, Distribution, FloatRange, IntRange, Outcome, Sampler, Trial, TrialState
 from engine.core.target import Availability, Session, Target, TargetConfig, TensorSpec
 
 __all__ = [
     "FORMATS",
+    "ArtifactFormat",
     "Availability",
     "Categorical",
+    "CodePath",
+    "DatasetRef",
     "Distribution",
     "EvalContext",
     "EvaluationError",
+    "EvaluationRef",
     "Evaluator",
     "EvaluatorConfig",
+    "FileOrInput",
+    "FilePath",
     "FloatRange",
     "InputError",
+    "InputModelField",
+    "InputTask",
     "IntRange",
     "KilnError",
     "MetricResult",
@@ -46,6 +55,7 @@ __all__ = [
     "PassError",
     "PassResult",
     "Problem",
+    "RefKind",
     "Sampler",
     "Session",
     "StrictConfig",
@@ -57,6 +67,9 @@ __all__ = [
     "TrialState",
     "canonical_json",
     "digest_tree",
+    "known_format",
     "library_versions",
+    "references",
+    "register_format",
     "sha256_json",
 ]

@@ -2,19 +2,70 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from engine.core.hashing import digest_tree
 
-#: The formats Kiln knows, and the file inside an artifact folder that a runtime opens.
+log = logging.getLogger(__name__)
+
+#: The formats Kiln knows, and the file inside an artifact folder that a runtime opens (None: the
+#: folder itself). Plugins add theirs with ``register_format`` or the ``kiln.formats`` entry points.
 FORMATS: dict[str, str | None] = {
     "hf": None,  # a Hugging Face folder: config.json + weights (+ tokenizer)
     "torch": None,  # a PyTorch module made by a factory function; the folder holds factory.json
     "onnx": "model.onnx",
     "openvino": "model.xml",
 }
+
+#: the entry-point group a plugin package lists its formats under: ``name = "module:FORMAT"``,
+#: where ``FORMAT`` is an ``ArtifactFormat`` (read in every process, workers included)
+ENTRY_POINT_GROUP = "kiln.formats"
+
+
+@dataclass(frozen=True)
+class ArtifactFormat:
+    """A model format: its name (what passes declare in ``accepts``/``produces``) and the file in an
+    artifact folder that a runtime opens (``model.engine`` for a TensorRT plan; None: the folder)."""
+
+    name: str
+    model_file: str | None = None
+
+
+def register_format(name: str, model_file: str | None = None) -> ArtifactFormat:
+    """Make ``name`` a model format. A plugin whose pass produces a new format (a native runtime's
+    plan, say) calls this where the pass is defined, or lists it under ``kiln.formats``.
+    Registering a known format again with the same file is a no-op; with another, an error."""
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"a format name is letters, digits, '_' and '-', not {name!r}")
+    if name in FORMATS and FORMATS[name] != model_file:
+        raise ValueError(f"format {name!r} is registered with model file {FORMATS[name]!r}, not {model_file!r}")
+    FORMATS[name] = model_file
+    return ArtifactFormat(name, model_file)
+
+
+_entry_points_read = False
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    _entry_points_read = True
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            value = entry.load()
+            register_format(value.name, value.model_file)
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not take the known formats down
+            log.warning("model format %s (%s) cannot be registered: %s", entry.name, entry.value, error)
+
+
+def known_format(name: str) -> bool:
+    """Whether ``name`` is a registered format (entry points are read the first time one is not)."""
+    if name not in FORMATS and not _entry_points_read:
+        _read_entry_points()
+    return name in FORMATS
 
 
 @dataclass(frozen=True)
@@ -32,7 +83,7 @@ class ModelArtifact:
     attrs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.format not in FORMATS:
+        if not known_format(self.format):
             raise ValueError(f"unknown model format {self.format!r}; known: {', '.join(FORMATS)}")
 
     @classmethod

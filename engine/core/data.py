@@ -204,10 +204,8 @@ class DataSource(ABC):
     libraries: ClassVar[tuple[str, ...]] = ()
     #: how long reading the dataset may take (a dataset has no ``timeout_s`` of its own)
     default_timeout_s: ClassVar[float] = 3600.0
-    #: option names that hold a path, resolved against the workflow's folder and hashed by content
-    path_options: ClassVar[tuple[str, ...]] = ()
-    #: values of path options that name something other than a path (``tokenizer: input``)
-    path_sentinels: ClassVar[tuple[str, ...]] = ()
+    # Options that hold a path are typed ``FilePath`` (or ``FileOrInput``): resolved against the
+    # workflow's folder and hashed by content; see ``engine.core.refs``.
     #: the source is built from the consuming model's input signature (synthetic data): it is
     #: materialized where the model is at hand instead of once ahead of the run
     needs_signature: ClassVar[bool] = False

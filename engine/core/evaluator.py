@@ -79,17 +79,13 @@ class Evaluator(ABC):
     #: compares against the reference model (so the reference digest enters the key)
     needs_reference: ClassVar[bool] = False
     libraries: ClassVar[tuple[str, ...]] = ()
-    dataset_options: ClassVar[tuple[str, ...]] = ()
     #: metrics better ranked through a paired figure measured against the reference in the same
     #: evaluation, ``{metric: paired metric}``; the paired metric is higher-is-better (latency:
     #: ``p50_ms`` is ranked by ``speedup``, the reference's time over the candidate's, round by round)
     paired_metrics: ClassVar[dict[str, str]] = {}
-    #: options that hold a file path: made absolute against the workflow's folder, checked to
-    #: exist, and hashed by content into every evaluation key (a custom metric's code, say)
-    path_options: ClassVar[tuple[str, ...]] = ()
-    #: path options naming a Python file whose code runs when the evaluator does (listed by
-    #: `engine validate` and `engine plan`; a path option ending in .py counts too)
-    code_options: ClassVar[tuple[str, ...]] = ()
+    # Options naming a dataset (``DatasetRef``) or a file (``FilePath``: made absolute against the
+    # workflow's folder, checked to exist, hashed by content into every evaluation key; ``CodePath``:
+    # a Python file whose code runs, listed by `engine validate`) are typed: see ``engine.core.refs``.
     #: how long one evaluation may run when the workflow sets no ``timeout_s``
     default_timeout_s: ClassVar[float] = 3600.0
 

@@ -49,7 +49,7 @@ class PassContext:
     cache_dir: Path | None = None
     #: measure a model with one of the workflow's evaluators, by evaluation id (``fidelity``):
     #: ``ctx.measure("fidelity", model)`` -> MetricResult, on ``target`` against the reference.
-    #: Given by the engine to passes that declare ``uses_evaluations``.
+    #: Given by the engine to passes that have an ``EvaluationRef`` option.
     measure: Callable[[str, ModelArtifact], MetricResult] | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("kiln.pass"))
 
@@ -89,14 +89,8 @@ class Pass(ABC):
     Config: ClassVar[type[PassConfig]] = PassConfig
     #: options worth searching, with their default search distributions
     search_space: ClassVar[dict[str, Distribution]] = {}
-    #: names of options that hold a dataset name (checked against the workflow's ``data``)
-    dataset_options: ClassVar[tuple[str, ...]] = ()
-    #: the pass reads the workflow's input model (``ctx.input_model``, e.g. its config.json), so
-    #: that model's digest enters the job key
-    uses_input_model: ClassVar[bool] = False
-    #: names of options that hold an evaluation id of the workflow's ``evaluate`` list; the
-    #: engine then gives the pass ``ctx.measure`` and puts those evaluations' configs in its key
-    evaluation_options: ClassVar[tuple[str, ...]] = ()
+    # What options refer to (a dataset, an evaluation, a file, a value of the input model, the
+    # input's task) is said by their types in ``Config``: see ``engine.core.refs``.
     #: how long a job of this pass may run when its step sets no ``timeout_s`` (generous: a
     #: hanging runtime must not block a run forever, a slow export must not fail)
     default_timeout_s: ClassVar[float] = 7200.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.refs import RefKind, reference_fields
 from engine.workflow.resolve import ResolvedWorkflow
 
 
@@ -31,11 +32,13 @@ def code_of(resolved: ResolvedWorkflow) -> list[CodeUse]:
     if resolved.input.format == "torch":
         uses.append(CodeUse("input.factory", resolved.input.path, resolved.input.attrs.get("function")))
     for index, entry in enumerate(resolved.evaluators.values()):
-        declared = getattr(entry.cls, "code_options", ())
-        for option in getattr(entry.cls, "path_options", ()):
+        fields = reference_fields(entry.cls.Config)
+        for option, ref in fields.items():
             value = entry.config.get(option)
+            if ref.kind != RefKind.FILE:
+                continue
             # a path option whose file is Python is loaded as code (spec_from_file_location needs .py)
-            if isinstance(value, str) and (option in declared or value.endswith(".py")):
+            if isinstance(value, str) and (ref.code or value.endswith(".py")):
                 function = entry.config.get("function") if isinstance(entry.config.get("function"), str) else None
                 uses.append(CodeUse(f"evaluate[{index}].config.{option}", Path(value), function))
     return uses

@@ -80,114 +80,140 @@ def _events(text: str) -> Any:
     return yaml.parse(text, Loader=loader)
 
 
-def compose(text: str, resolver: SafeLoader) -> tuple[yaml.Node | None, dict[Path_, int]]:
-    """The node graph of ``text`` and the line of each key path, within the bounds above."""
-    anchors: dict[str, tuple[yaml.Node, int]] = {}
-    lines: dict[Path_, int] = {}
-    stack: list[_Open] = []
-    root: list[yaml.Node] = []
-    extra = 0
+class _Composer:
+    """Builds the node graph event by event, bounded as above, noting the line of each key path."""
 
-    def path_here() -> Path_:
-        if not stack:
+    def __init__(self, resolver: SafeLoader) -> None:
+        self.resolver = resolver
+        self.anchors: dict[str, tuple[yaml.Node, int]] = {}
+        self.lines: dict[Path_, int] = {}
+        self.stack: list[_Open] = []
+        self.root: list[yaml.Node] = []
+        self.extra = 0  # values added by aliases
+        self.documents = 0
+
+    def path_here(self) -> Path_:
+        if not self.stack:
             return ()
-        parent = stack[-1]
+        parent = self.stack[-1]
         if isinstance(parent.node, yaml.SequenceNode):
             return (*parent.path, len(parent.node.value))
         return parent.path if parent.key is None else (*parent.path, parent.key.value)
 
-    def attach(node: yaml.Node, size: int, line: int) -> None:
-        if not stack:
-            root.append(node)
+    def _key(self, parent: _Open, node: yaml.Node, line: int) -> None:
+        if not isinstance(node, yaml.ScalarNode):
+            raise ParseError("a key must be a plain name, not a list or a mapping", line, parent.path)
+        marker = (node.tag, node.value)
+        if marker in parent.keys and node.tag != _MERGE_TAG:
+            raise ParseError(
+                f"key '{node.value}' appears twice in this mapping",
+                line,
+                (*parent.path, node.value),
+                hint="keep one of them (a parser would silently keep the last)",
+            )
+        parent.keys.add(marker)
+        parent.key = node
+        self.lines[(*parent.path, node.value)] = line
+
+    def attach(self, node: yaml.Node, size: int, line: int) -> None:
+        if not self.stack:
+            self.root.append(node)
             return
-        parent = stack[-1]
+        parent = self.stack[-1]
         if isinstance(parent.node, yaml.SequenceNode):
             parent.node.value.append(node)
             parent.size += size
         elif parent.key is None:
-            if not isinstance(node, yaml.ScalarNode):
-                raise ParseError("a key must be a plain name, not a list or a mapping", line, parent.path)
-            marker = (node.tag, node.value)
-            if marker in parent.keys and node.tag != _MERGE_TAG:
-                raise ParseError(
-                    f"key '{node.value}' appears twice in this mapping",
-                    line,
-                    (*parent.path, node.value),
-                    hint="keep one of them (a parser would silently keep the last)",
-                )
-            parent.keys.add(marker)
-            parent.key = node
-            lines[(*parent.path, node.value)] = line
+            self._key(parent, node, line)
         else:
             parent.node.value.append((parent.key, node))
             parent.key = None
             parent.size += size + 1
 
-    def register(anchor: str | None, node: yaml.Node, size: int) -> None:
+    def register(self, anchor: str | None, node: yaml.Node, size: int) -> None:
         if anchor is not None:
-            anchors[anchor] = (node, size)
+            self.anchors[anchor] = (node, size)
 
-    documents = 0
-    for event in _events(text):
+    def alias(self, event: yaml.AliasEvent, line: int | None, where: Path_, is_key: bool) -> None:
+        if event.anchor not in self.anchors:
+            raise ParseError(
+                f"alias '*{event.anchor}' names no anchor completed before it",
+                line,
+                where,
+                hint="define '&name' before using '*name'; an anchor cannot contain its own alias",
+            )
+        if is_key:
+            raise ParseError("a key must be a plain name, not an alias", line, where)
+        node, size = self.anchors[event.anchor]
+        self.extra += size
+        if self.extra > MAX_ALIAS_NODES:
+            raise ParseError(
+                f"aliases expand to more than {MAX_ALIAS_NODES:,} values",
+                line,
+                where,
+                hint="write the values out, or alias smaller blocks",
+            )
+        self.attach(node, size, line or 0)
+
+    def scalar(self, event: yaml.ScalarEvent, line: int | None, where: Path_) -> None:
+        tag = self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+        if tag == _INT_TAG and len(event.value) > MAX_INT_DIGITS:
+            raise ParseError(f"an integer of {len(event.value):,} digits", line, where, hint="use a number below 2^63")
+        scalar = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+        self.register(event.anchor, scalar, 1)
+        self.attach(scalar, 1, line or 0)
+
+    def open(self, event: yaml.CollectionStartEvent, line: int | None, where: Path_) -> None:
+        if len(self.stack) >= MAX_DEPTH:
+            raise ParseError(f"nested deeper than {MAX_DEPTH} levels", line, where, hint="a workflow needs far fewer levels")
+        collection: yaml.CollectionNode
+        if isinstance(event, yaml.SequenceStartEvent):
+            tag = self.resolver.resolve(yaml.SequenceNode, None, event.implicit)
+            collection = yaml.SequenceNode(tag, [], event.start_mark, None, flow_style=event.flow_style)
+        else:
+            tag = self.resolver.resolve(yaml.MappingNode, None, event.implicit)
+            collection = yaml.MappingNode(tag, [], event.start_mark, None, flow_style=event.flow_style)
+        self.stack.append(_Open(node=collection, path=where, anchor=event.anchor))
+
+    def close(self, line: int | None) -> None:
+        done = self.stack.pop()
+        self.register(done.anchor, done.node, done.size)
+        self.attach(done.node, done.size, line or 0)
+
+    def feed(self, event: yaml.Event) -> None:
         if isinstance(event, (yaml.StreamStartEvent, yaml.StreamEndEvent, yaml.DocumentEndEvent)):
-            continue
+            return
         line = event.start_mark.line + 1 if event.start_mark is not None else None
         if isinstance(event, yaml.DocumentStartEvent):
-            documents += 1
-            if documents > 1:
+            self.documents += 1
+            if self.documents > 1:
                 raise ParseError("a workflow file holds one YAML document", line, hint="remove the second '---' and what follows")
-            continue
+            return
         if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-            done = stack.pop()
-            register(done.anchor, done.node, done.size)
-            attach(done.node, done.size, line or 0)
-            continue
-        where = path_here()
-        is_key = bool(stack) and isinstance(stack[-1].node, yaml.MappingNode) and stack[-1].key is None
+            self.close(line)
+            return
+        where = self.path_here()
+        is_key = bool(self.stack) and isinstance(self.stack[-1].node, yaml.MappingNode) and self.stack[-1].key is None
         if not is_key:
-            lines.setdefault(where, line or 0)
+            self.lines.setdefault(where, line or 0)
         if isinstance(event, yaml.AliasEvent):
-            if event.anchor not in anchors:
-                raise ParseError(
-                    f"alias '*{event.anchor}' names no anchor completed before it",
-                    line,
-                    where,
-                    hint="define '&name' before using '*name'; an anchor cannot contain its own alias",
-                )
-            if is_key:
-                raise ParseError("a key must be a plain name, not an alias", line, where)
-            node, size = anchors[event.anchor]
-            extra += size
-            if extra > MAX_ALIAS_NODES:
-                raise ParseError(
-                    f"aliases expand to more than {MAX_ALIAS_NODES:,} values",
-                    line,
-                    where,
-                    hint="write the values out, or alias smaller blocks",
-                )
-            attach(node, size, line or 0)
-            continue
+            self.alias(event, line, where, is_key)
+            return
         tag = getattr(event, "tag", None)
         if tag not in (None, "!"):
             raise ParseError(f"YAML tags are not used in workflows (given '{tag}')", line, where, hint="remove the tag")
         if isinstance(event, yaml.ScalarEvent):
-            tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
-            if tag == _INT_TAG and len(event.value) > MAX_INT_DIGITS:
-                raise ParseError(f"an integer of {len(event.value):,} digits", line, where, hint="use a number below 2^63")
-            scalar = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
-            register(event.anchor, scalar, 1)
-            attach(scalar, 1, line or 0)
-            continue
-        if len(stack) >= MAX_DEPTH:
-            raise ParseError(f"nested deeper than {MAX_DEPTH} levels", line, where, hint="a workflow needs far fewer levels")
-        if isinstance(event, yaml.SequenceStartEvent):
-            tag = resolver.resolve(yaml.SequenceNode, None, event.implicit)
-            collection: yaml.CollectionNode = yaml.SequenceNode(tag, [], event.start_mark, None, flow_style=event.flow_style)
+            self.scalar(event, line, where)
         else:
-            tag = resolver.resolve(yaml.MappingNode, None, event.implicit)
-            collection = yaml.MappingNode(tag, [], event.start_mark, None, flow_style=event.flow_style)
-        stack.append(_Open(node=collection, path=where, anchor=event.anchor))
-    return (root[0] if root else None), lines
+            self.open(event, line, where)
+
+
+def compose(text: str, resolver: SafeLoader) -> tuple[yaml.Node | None, dict[Path_, int]]:
+    """The node graph of ``text`` and the line of each key path, within the bounds above."""
+    composer = _Composer(resolver)
+    for event in _events(text):
+        composer.feed(event)
+    return (composer.root[0] if composer.root else None), composer.lines
 
 
 def check_values(data: Any) -> list[tuple[Path_, str, str]]:

@@ -95,40 +95,17 @@ def _read_text(file: Path) -> str:
     return text
 
 
-def read_workflow(file: Path) -> WorkflowSource:
-    """Parse ``file``; a file that cannot be read or parsed raises InputError with its line."""
-    file = Path(file)
-    suffix = file.suffix.lower()
-    if suffix not in (".yaml", ".yml", ".json"):
-        raise InputError(
-            [
-                Problem(
-                    where="",
-                    message="cannot tell the file's format",
-                    expected=".yaml, .yml or .json",
-                    given=shown_path(suffix) or "no extension",
-                    file=shown_path(str(file)),
-                )
-            ]
-        )
-    text = _read_text(file)
+def _parse(file: Path, text: str) -> Any:
+    """The parsed file (``Parsed``); malformed text raises InputError with its line."""
     try:
-        parsed = parse_json(text) if suffix == ".json" else parse_yaml(text)
+        return parse_json(text) if file.suffix.lower() == ".json" else parse_yaml(text)
     except ParseError as error:
-        source = WorkflowSource(file=file, data=None)
-        problem = source.problem(error.where, error.message, hint=error.hint)
+        problem = WorkflowSource(file=file, data=None).problem(error.where, error.message, hint=error.hint)
         raise InputError([replace(problem, line=error.line)]) from None
     except json.JSONDecodeError as error:
+        hint = f"fix the syntax at line {error.lineno}, column {error.colno}"
         raise InputError(
-            [
-                Problem(
-                    where="",
-                    message=f"malformed JSON: {error.msg}",
-                    file=str(file),
-                    line=error.lineno,
-                    hint=f"fix the syntax at line {error.lineno}, column {error.colno}",
-                )
-            ]
+            [Problem(where="", message=f"malformed JSON: {error.msg}", file=str(file), line=error.lineno, hint=hint)]
         ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
@@ -137,6 +114,19 @@ def read_workflow(file: Path) -> WorkflowSource:
         raise InputError(
             [Problem(where="", message=f"malformed YAML: {what}", file=str(file), line=line, hint="fix the syntax at the line shown")]
         ) from None
+
+
+def read_workflow(file: Path) -> WorkflowSource:
+    """Parse ``file``; a file that cannot be read or parsed raises InputError with its line."""
+    file = Path(file)
+    suffix = file.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        given = shown_path(suffix) or "no extension"
+        problem = Problem(
+            where="", message="cannot tell the file's format", expected=".yaml, .yml or .json", given=given, file=shown_path(str(file))
+        )
+        raise InputError([problem])
+    parsed = _parse(file, _read_text(file))
     data = parsed.data
     if not isinstance(data, dict):
         raise InputError(

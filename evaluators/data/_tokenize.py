@@ -15,6 +15,7 @@ from pydantic import Field
 
 from engine.core.data import DataSourceConfig
 from engine.core.errors import InputError, MissingDependency, Problem
+from engine.core.refs import FileOrInput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,7 +44,7 @@ def source_error(
 class TokenizedConfig(DataSourceConfig):
     """The tokenizer options of a source whose samples are text."""
 
-    tokenizer: str = Field(
+    tokenizer: FileOrInput = Field(
         default="input",
         description="`input` for the tokenizer saved with the workflow's input model (a Hugging Face folder), or a folder holding a Hugging Face tokenizer.",
     )

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from engine.core.data import Dataset, DataSource, DataSourceConfig
 from engine.core.errors import MissingDependency
+from engine.core.refs import FilePath
 from evaluators.data._tokenize import source_error
 
 if TYPE_CHECKING:
@@ -32,11 +33,10 @@ class ImageFolder(DataSource):
     summary = "Images in one sub-folder per class (sorted names → class ids), resized and normalized into one float32 input."
     version = "1"
     libraries = ("pillow",)
-    path_options = ("path",)
 
     class Config(DataSourceConfig):
         source: Literal["image_folder"] = Field(description="Reads images from one sub-folder per class.")
-        path: str = Field(
+        path: FilePath = Field(
             description=(
                 "The root folder: each sub-folder is a class named after it; class ids follow the sorted folder names. "
                 "Samples come class by class, files in sorted order (use a `fraction` split for a random part)."

@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from engine.core.data import RESERVED_NAMES, Dataset, DataSource, DataSourceConfig
+from engine.core.refs import FilePath
 from evaluators.data._tokenize import source_error
 
 if TYPE_CHECKING:
@@ -31,11 +32,10 @@ class Npz(DataSource):
     name = "npz"
     summary = "Arrays of a numpy .npz archive, one per model input (first axis the sample), plus an optional labels array."
     version = "1"
-    path_options = ("path",)
 
     class Config(DataSourceConfig):
         source: Literal["npz"] = Field(description="Reads the arrays of a numpy .npz archive (numpy.savez / savez_compressed).")
-        path: str = Field(description="The .npz file; relative paths are taken from the workflow's folder.")
+        path: FilePath = Field(description="The .npz file; relative paths are taken from the workflow's folder.")
         inputs: dict[str, str] | None = Field(
             default=None,
             description=(

@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from engine.core.data import Dataset, DataSource
 from engine.core.errors import InputError
+from engine.core.refs import FilePath
 from evaluators.data._tokenize import TokenizedConfig, source_error, tokenize
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class Table:
 
 
 class TabularConfig(TokenizedConfig):
-    path: str = Field(description="The file; relative paths are taken from the workflow's folder.")
+    path: FilePath = Field(description="The file; relative paths are taken from the workflow's folder.")
     text_column: str | None = Field(
         default=None,
         description="The column holding text, tokenized with `tokenizer` into input_ids, attention_mask, ... Give this or `feature_columns`.",
@@ -87,8 +88,6 @@ class _Tabular(DataSource):
 
     version = "1"
     libraries = ("transformers", "tokenizers")
-    path_options = ("path", "tokenizer")
-    path_sentinels = ("input",)
     config: TabularConfig
 
     def error(self, where: str, message: str, **parts: str | None) -> InputError:

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from engine.core.data import Dataset, DataSource
 from engine.core.errors import InputError
+from engine.core.refs import FilePath
 from evaluators.data._tokenize import TOKENIZER_FILES, TokenizedConfig, source_error, tokenize
 
 if TYPE_CHECKING:
@@ -35,12 +36,12 @@ class TextLines(DataSource):
     summary = "One sample per line of a UTF-8 text file, tokenized with the input model's (or a given) Hugging Face tokenizer."
     version = "1"
     libraries = ("transformers", "tokenizers")
-    path_options = ("path", "tokenizer")
-    path_sentinels = ("input",)
 
     class Config(TokenizedConfig):
         source: Literal["text_lines"] = Field(description="Reads one sample per line of a text file.")
-        path: str = Field(description="The text file (UTF-8, one sample per line); relative paths are taken from the workflow's folder.")
+        path: FilePath = Field(
+            description="The text file (UTF-8, one sample per line); relative paths are taken from the workflow's folder."
+        )
         limit: int | None = Field(
             default=None, ge=1, description="Keep only the first N samples (after blank lines are skipped). Omit for all."
         )

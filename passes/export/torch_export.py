@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, PositiveInt, field_validator
 
 from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import InputTask
 from passes.common.onnx_io import OnnxPass, default_opset, ort_limits, save_onnx
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class TorchExport(OnnxPass):
             description="Make the batch axis of every input and output dynamic ('batch'), and for Hugging Face models the sequence axis "
             "too ('sequence'); false exports the example's fixed shapes.",
         )
-        task: Literal["feature-extraction", "text-classification"] = Field(
+        task: InputTask[Literal["feature-extraction", "text-classification"]] = Field(
             default="feature-extraction",
             description="Hugging Face task: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
         )

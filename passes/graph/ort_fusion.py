@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import InputModelField
 from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, runtime_loadable
 from passes.common.onnx_io import OnnxPass, save_onnx
 
@@ -63,7 +64,6 @@ class OrtFusion(OnnxPass):
     accepts = ("onnx",)
     produces = "onnx"
     libraries = ("onnx", "onnxruntime")
-    uses_input_model = True  # reads num_heads / hidden_size from the input model's config.json
     search_space = {"opt_level": Categorical((1, 2)), "enable_gelu_approximation": Categorical((False, True))}
 
     class Config(PassConfig):
@@ -71,12 +71,12 @@ class OrtFusion(OnnxPass):
             "bert",
             description="Which fusion rules to apply (onnxruntime.transformers model types): bert also fits encoder-only models such as MiniLM and RoBERTa; vit for vision transformers; gpt2 for GPT-2-style decoders.",
         )
-        num_heads: int | None = Field(
+        num_heads: InputModelField[int | None] = Field(
             None,
             ge=0,
             description="Attention heads. null: read from the input Hugging Face folder's config.json, else 0; 0 = let the optimizer detect it (bert, t5, swin, unet, vae, clip, sam2, mmdit only).",
         )
-        hidden_size: int | None = Field(
+        hidden_size: InputModelField[int | None] = Field(
             None,
             ge=0,
             description="Hidden size. null: read from the input Hugging Face folder's config.json, else 0 (detected, as for num_heads).",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field
 
 from engine.core import Pass, PassConfig, PassContext, PassResult, StrictConfig
+from engine.core.refs import DatasetRef
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -86,7 +87,7 @@ def check_outputs_kept(before: ov.Model, after: ov.Model) -> None:
 class QuantizeOptions(PassConfig):
     """Options nncf.quantize and nncf.quantize_with_accuracy_control share."""
 
-    calibration: str = Field(description="The dataset NNCF calibrates activation ranges on (one sample per inference).")
+    calibration: DatasetRef = Field(description="The dataset NNCF calibrates activation ranges on (one sample per inference).")
     preset: Literal["performance", "mixed"] = Field(
         default="mixed",
         description="performance: symmetric weights and activations; mixed: symmetric weights, asymmetric activations "

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import InputTask
 from passes.openvino._base import PRECISION_HINT_DESCRIPTION, OpenVinoPass, PrecisionHint
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class OpenVinoConvert(OpenVinoPass):
             description="Fixed input shapes, input name -> dims, e.g. {input_ids: [1, 128]}; -1 keeps a dim dynamic. "
             "Inputs not named keep the source's dims (dynamic where the source's are).",
         )
-        task: Literal["feature-extraction", "text-classification"] = Field(
+        task: InputTask[Literal["feature-extraction", "text-classification"]] = Field(
             default="feature-extraction",
             description="Hugging Face input only: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
         )

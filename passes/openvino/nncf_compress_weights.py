@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import DatasetRef
 from passes.openvino._base import IgnoredScope, OpenVinoPass, check_outputs_kept
 
 INT4_GROUP_SIZE = 128
@@ -31,7 +32,6 @@ class NncfCompressWeights(OpenVinoPass):
     accepts = ("openvino", "onnx")
     produces = "openvino"
     libraries = ("openvino", "nncf")
-    dataset_options = ("dataset",)
     search_space = {"mode": Categorical(("INT8_ASYM", "INT8_SYM", "INT4_SYM", "INT4_ASYM")), "group_size": Categorical((32, 64, 128))}
 
     class Config(PassConfig):
@@ -63,7 +63,7 @@ class NncfCompressWeights(OpenVinoPass):
             description="INT4 modes: compress the embeddings and the last layer to INT4 too (NNCF keeps them in backup_mode by default).",
         )
         ignored_scope: IgnoredScope = Field(default_factory=IgnoredScope, description="Nodes whose weights stay as they are.")
-        dataset: str | None = Field(
+        dataset: DatasetRef | None = Field(
             default=None,
             description="INT4 modes: a dataset making the compression data-aware (layer sensitivity for ratio < 1, AWQ, scale estimation). "
             "Omit for data-free compression.",

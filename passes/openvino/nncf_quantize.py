@@ -26,7 +26,6 @@ class NncfQuantize(OpenVinoPass):
     accepts = ("openvino", "onnx")
     produces = "openvino"
     libraries = ("openvino", "nncf")
-    dataset_options = ("calibration",)
     search_space = {
         "preset": Categorical(("performance", "mixed")),
         "fast_bias_correction": Categorical((True, False)),

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from engine.core import Categorical, KilnError, ModelArtifact, PassContext, PassResult
+from engine.core.refs import EvaluationRef
 from passes.openvino._base import OpenVinoPass, QuantizeOptions, check_outputs_kept
 
 
@@ -32,12 +33,12 @@ class NncfQuantizeAccuracy(OpenVinoPass):
     produces = "openvino"
     target_dependent = True
     libraries = ("openvino", "nncf")
-    dataset_options = ("calibration",)
-    evaluation_options = ("validation",)
     search_space = {"preset": Categorical(("performance", "mixed")), "subset_size": Categorical((64, 128, 300))}
 
     class Config(QuantizeOptions):
-        validation: str = Field(description="Id of the workflow evaluation NNCF validates with (an entry of `evaluate:`, e.g. fidelity).")
+        validation: EvaluationRef = Field(
+            description="Id of the workflow evaluation NNCF validates with (an entry of `evaluate:`, e.g. fidelity)."
+        )
         metric: str = Field(description="The value of that evaluation to watch, e.g. cosine_mean for fidelity.")
         metric_goal: Literal["max", "min"] = Field(
             default="max", description="max: higher is better (cosine_mean, accuracy); min: lower is better (max_abs_error)."

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import DatasetRef
 from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, topological_sort
 from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
 
@@ -67,7 +68,6 @@ class Int4Weights(OnnxPass):
         "is_symmetric": Categorical((True, False)),
         "accuracy_level": Categorical((None, 4)),
     }
-    dataset_options = ("calibration",)
 
     class Config(PassConfig):
         algorithm: Literal["rtn", "hqq", "gptq"] = Field(
@@ -97,7 +97,7 @@ class Int4Weights(OnnxPass):
         nodes_to_exclude: list[str] = Field(
             default_factory=list, description="Names of MatMul / Gather nodes to keep in float. An unknown name is an error."
         )
-        calibration: str | None = Field(
+        calibration: DatasetRef | None = Field(
             None, description="gptq only: name of the workflow dataset whose samples feed the model to collect the MatMul input statistics."
         )
         calibration_samples: PositiveInt = Field(

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, JsonValue, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.refs import DatasetRef
 from passes.common.graph_tools import runtime_loadable
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.quantize.library_logs import LibraryMessage, capture_library_logs, distinct
@@ -172,7 +173,7 @@ class OrtQuantizeConfig(PassConfig):
         None,
         description="Static only (default QDQ). QDQ: QuantizeLinear/DequantizeLinear around float ops, which onnxruntime fuses into integer kernels (recommended on CPU). QOperator: QLinearMatMul, QLinearConv... directly.",
     )
-    calibration: str | None = Field(
+    calibration: DatasetRef | None = Field(
         None,
         min_length=1,
         description="Static only, required: the name of a workflow dataset (under data:) whose samples calibrate the activation ranges. Only the inputs the model declares are fed; integer and float widths are cast to the model's.",
@@ -277,7 +278,6 @@ class OrtQuantize(OnnxPass):
     accepts = ("onnx",)
     produces = "onnx"
     libraries = ("onnx", "onnxruntime")
-    dataset_options = ("calibration",)
     search_space = {
         "per_channel": Categorical((False, True)),
         "reduce_range": Categorical((False, True)),

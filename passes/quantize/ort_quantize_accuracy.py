@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassContext, PassResult
+from engine.core.refs import EvaluationRef
 from passes.common.graph_tools import runtime_loadable
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.quantize.library_logs import capture_library_logs
@@ -59,7 +60,9 @@ class OrtQuantizeAccuracyConfig(OrtQuantizeConfig):
         "static",
         description="static (default): activations quantized with ranges calibrated on `calibration`; dynamic: at run time (only weight noise ranks the nodes then).",
     )
-    validation: str = Field(description="Id of the workflow evaluation that judges each model (an entry of `evaluate:`, e.g. fidelity).")
+    validation: EvaluationRef = Field(
+        description="Id of the workflow evaluation that judges each model (an entry of `evaluate:`, e.g. fidelity)."
+    )
     metric: str = Field(description="The value of that evaluation compared with the bar, e.g. cosine_mean.")
     min: float | None = Field(None, description="The bar: the metric must be at least this (e.g. 0.99 for cosine_mean).")
     max: float | None = Field(None, description="The bar: the metric must be at most this (e.g. 0.05 for max_abs_error).")
@@ -128,8 +131,6 @@ class OrtQuantizeAccuracy(OnnxPass):
     produces = "onnx"
     target_dependent = True
     libraries = ("onnx", "onnxruntime")
-    dataset_options = ("calibration",)
-    evaluation_options = ("validation",)
     search_space = {
         "nodes_per_step": Categorical((2, 4, 8)),
         "fallback": Categorical(("nodes", "op_types")),

@@ -10,6 +10,7 @@ import pytest
 
 from engine.core.data import Dataset
 from engine.core.errors import EvaluationError
+from engine.core.refs import RefKind, references
 from evaluators.accuracy import Accuracy, f1_scores
 
 IDENTITY = np.eye(3, dtype=np.float32)
@@ -137,5 +138,5 @@ def test_config_allows_only_the_declared_top_k() -> None:
         accuracy(top_k=[4])
     with pytest.raises(pydantic.ValidationError):
         accuracy(top_k=[])
-    assert Accuracy.path_options == ("postprocess",)
-    assert Accuracy.dataset_options == ("data",)
+    assert references(Accuracy.Config)[RefKind.FILE] == ("postprocess",)
+    assert references(Accuracy.Config)[RefKind.DATASET] == ("data",)

@@ -10,6 +10,7 @@ import pytest
 
 from engine.core.data import Dataset
 from engine.core.errors import EvaluationError
+from engine.core.refs import RefKind, references
 from evaluators.custom import Custom
 
 IDENTITY = np.eye(3, dtype=np.float32)
@@ -153,5 +154,5 @@ def test_config_checks_metric_names(metric_file) -> None:
     with pytest.raises(pydantic.ValidationError):
         custom(metric_file, "f", [])
     assert Custom.metrics == ()
-    assert Custom.path_options == ("file",)
-    assert Custom.dataset_options == ("data",)
+    assert references(Custom.Config)[RefKind.FILE] == ("file",)
+    assert references(Custom.Config)[RefKind.DATASET] == ("data",)

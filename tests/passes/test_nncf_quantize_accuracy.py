@@ -11,6 +11,7 @@ from nncf.quantization.algorithms.accuracy_control.evaluator import Evaluator
 from openvino_models import export_tiny_bert, fidelity_measure, make_ctx, text_dataset
 
 from engine.core import ModelArtifact, PassError
+from engine.core.refs import RefKind, references
 from passes.openvino.convert import OpenVinoConvert
 from passes.openvino.nncf_quantize_accuracy import NncfQuantizeAccuracy
 from targets.openvino import OpenVinoTarget
@@ -123,6 +124,6 @@ def test_relative_drop_of_a_lower_is_better_metric_is_rejected() -> None:
 
 
 def test_the_pass_declares_its_evaluation_and_dataset_options() -> None:
-    assert NncfQuantizeAccuracy.evaluation_options == ("validation",)
-    assert NncfQuantizeAccuracy.dataset_options == ("calibration",)
+    assert references(NncfQuantizeAccuracy.Config)[RefKind.EVALUATION] == ("validation",)
+    assert references(NncfQuantizeAccuracy.Config)[RefKind.DATASET] == ("calibration",)
     assert NncfQuantizeAccuracy.target_dependent

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from engine.core import ModelArtifact, PassContext, PassError, PassResult
 from engine.core.data import Dataset
 from engine.core.evaluator import EvalContext, MetricResult
+from engine.core.refs import RefKind, references
 from evaluators.fidelity import Fidelity
 from passes.quantize import _sensitivity
 from passes.quantize.ort_quantize import OrtQuantize
@@ -351,8 +352,8 @@ def test_config_defaults_are_filled_in_so_the_key_shows_them() -> None:
 
 
 def test_the_pass_declares_what_the_engine_needs() -> None:
-    assert OrtQuantizeAccuracy.evaluation_options == ("validation",)
-    assert OrtQuantizeAccuracy.dataset_options == ("calibration",)
+    assert references(OrtQuantizeAccuracy.Config)[RefKind.EVALUATION] == ("validation",)
+    assert references(OrtQuantizeAccuracy.Config)[RefKind.DATASET] == ("calibration",)
     assert OrtQuantizeAccuracy.target_dependent is True
     assert set(OrtQuantizeAccuracy.search_space) <= set(OrtQuantizeAccuracy.Config.model_fields)
     schema = OrtQuantizeAccuracy.describe()["config_schema"]["properties"]

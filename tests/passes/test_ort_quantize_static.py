@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from engine.core import ModelArtifact, PassContext, PassError, PassResult
 from engine.core.data import Dataset
+from engine.core.refs import RefKind, references
 from passes.quantize.calibration import load_ranges
 from passes.quantize.ort_quantize import OrtQuantize
 
@@ -499,7 +500,7 @@ def test_smooth_quant_is_rejected_in_static_mode() -> None:
 
 
 def test_pass_declares_calibration_as_a_dataset_option() -> None:
-    assert OrtQuantize.dataset_options == ("calibration",)
+    assert references(OrtQuantize.Config)[RefKind.DATASET] == ("calibration",)
 
 
 # ---------------------------------------------------------------- the real model (slow)

@@ -10,6 +10,7 @@ import pydantic
 import pytest
 
 from engine.core.errors import InputError
+from engine.core.refs import RefKind, reference_fields, references
 from evaluators.data.tabular import Csv, JsonLines
 
 CSV_TEXT = "text,a,b,label\nthe cat sat,1.5,2,cat\na dog ran,0,-1,dog\nthe mat,3,4e-1,cat\n"
@@ -168,4 +169,6 @@ def test_config_needs_exactly_one_kind_of_input(tmp_path: Path) -> None:
         csv_source(tmp_path / "t.csv", feature_columns=["a"], label_map={"x": 0})
     with pytest.raises(pydantic.ValidationError):
         jsonl_source(tmp_path / "t.jsonl", feature_columns=["a"], delimiter=";")  # csv only
-    assert Csv.path_options == ("path", "tokenizer") and Csv.path_sentinels == ("input",)
+    assert sorted(references(Csv.Config)[RefKind.FILE]) == ["path", "tokenizer"] and reference_fields(Csv.Config)[
+        "tokenizer"
+    ].sentinels == ("input",)

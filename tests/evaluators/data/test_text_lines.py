@@ -11,6 +11,7 @@ import pytest
 
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import InputError
+from engine.core.refs import RefKind, references
 from evaluators.data.text_lines import TextLines
 
 LINES = ["the cat sat", "", "a dog ran far away on the mat", "   ", "the mat"]
@@ -141,4 +142,4 @@ def test_config_rejects_unknown_padding_and_keys(text_file: Path) -> None:
         text_lines(text_file, padding="right")
     with pytest.raises(pydantic.ValidationError):
         text_lines(text_file, lowercase=True)
-    assert TextLines.path_options == ("path", "tokenizer")
+    assert sorted(references(TextLines.Config)[RefKind.FILE]) == ["path", "tokenizer"]

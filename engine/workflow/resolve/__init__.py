@@ -1,0 +1,80 @@
+"""From a parsed workflow to a resolved one: plugins found by name, configs typed, references
+checked, paths found. Every problem is collected; all of them are raised together.
+
+The package: ``parts`` types the workflow part by part, ``plugins`` finds plugins and validates
+their options (shared with ``engine schema``), ``inputs``, ``sections``, ``steps`` and ``search``
+resolve each part, ``checks`` holds the cross-reference checks (each returns its problems).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from engine.core.errors import InputError, Problem
+from engine.workflow.problems import problems_from_validation
+from engine.workflow.resolve.checks import metric_refs
+from engine.workflow.resolve.inputs import WEIGHT_FILES, resolve_input
+from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel, ResolvedWorkflow, Step, TargetEntry
+from engine.workflow.resolve.parts import parts_of
+from engine.workflow.resolve.search import GRID_CHECK_LIMIT
+from engine.workflow.resolve.sections import resolve_data, resolve_evaluators, resolve_targets
+from engine.workflow.resolve.steps import resolve_steps
+from engine.workflow.schema import TOP_LEVEL_KEYS, Workflow
+from engine.workflow.source import WorkflowSource, read_workflow
+
+
+def resolve(source: WorkflowSource) -> ResolvedWorkflow:
+    """Check everything that can be checked without running anything; raise all problems at once."""
+    problems: list[Problem] = []
+    spec: Workflow | None = None
+    try:
+        spec = Workflow.model_validate(source.data)
+    except ValidationError as error:
+        problems.extend(problems_from_validation(error, source, (), Workflow, "the workflow"))
+    parts = parts_of(source.data if isinstance(source.data, dict) else {})
+    datasets = resolve_data(parts, source, problems)
+    targets = resolve_targets(parts, source, problems)
+    input_model = resolve_input(parts.input, source, problems)
+    steps = resolve_steps(parts, input_model, source, problems)
+    evaluators = resolve_evaluators(parts, source, problems)
+    if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known
+        problems.extend(metric_refs(parts.metrics, evaluators, source))
+    if problems:
+        raise InputError(problems)
+    assert spec is not None and input_model is not None
+    return ResolvedWorkflow(
+        file=source.file, spec=spec, input=input_model, steps=steps, targets=targets, evaluators=evaluators, datasets=datasets
+    )
+
+
+def load_workflow(file: Path | str) -> ResolvedWorkflow:
+    """Read, validate and resolve a workflow file. Raises InputError listing every problem."""
+    return resolve(read_workflow(Path(file)))
+
+
+def default_store_dir(resolved: ResolvedWorkflow) -> Path:
+    if resolved.spec.cache.dir:
+        return (resolved.base_dir / resolved.spec.cache.dir).resolve()
+    if os.environ.get("KILN_STORE"):
+        return Path(os.environ["KILN_STORE"]).expanduser().resolve()
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache_home / "kiln"
+
+
+__all__ = [
+    "GRID_CHECK_LIMIT",
+    "TOP_LEVEL_KEYS",
+    "WEIGHT_FILES",
+    "DataEntry",
+    "EvaluatorEntry",
+    "InputModel",
+    "ResolvedWorkflow",
+    "Step",
+    "TargetEntry",
+    "default_store_dir",
+    "load_workflow",
+    "resolve",
+]

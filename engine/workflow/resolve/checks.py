@@ -1,0 +1,277 @@
+"""Cross-references of a workflow, one small check each: every check returns its problems.
+
+A name used in one place must be declared in another: a step's ``after`` and ``targets``, a
+dataset or evaluation an option refers to (found by the option's type, ``engine.core.refs``), a
+metric ``select`` ranks by. Steps must also chain: each pass takes what its predecessor makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engine import registry
+from engine.core.errors import Problem
+from engine.core.refs import RefKind, referenced, references
+from engine.workflow.resolve.model import EvaluatorEntry, InputModel, Step
+from engine.workflow.resolve.plugins import Where
+from engine.workflow.source import WorkflowSource
+
+
+def _names(known: Sequence[Any]) -> list[str]:
+    return [str(name) for name in known]
+
+
+def dataset_refs(cls: Any, config: dict[str, Any] | None, declared: Sequence[str], source: WorkflowSource, where: Where) -> list[Problem]:
+    """Each ``DatasetRef`` option names a dataset under ``data:``."""
+    problems = []
+    for option, value in referenced(cls.Config, config, RefKind.DATASET).items():
+        if value in declared:
+            continue
+        close = registry.suggest(value, list(declared))
+        problems.append(
+            source.problem(
+                (*where, option),
+                f"dataset '{value}' is not declared under data:",
+                expected="one of: " + (", ".join(declared) or "(none declared)"),
+                given=value,
+                hint=f"did you mean '{close}'?" if close else "declare it under data:",
+            )
+        )
+    return problems
+
+
+def measuring_pass_is_target_dependent(cls: Any, source: WorkflowSource, where: Where) -> list[Problem]:
+    """A pass with an ``EvaluationRef`` option measures models on a target, so it depends on one."""
+    if RefKind.EVALUATION not in references(cls.Config) or cls.target_dependent:
+        return []
+    return [
+        source.problem(
+            (*where, "pass"),
+            f"pass '{cls.name}' measures models but is not target-dependent",
+            hint="set target_dependent = True on the pass class",
+        )
+    ]
+
+
+def evaluation_refs(
+    cls: Any, config: dict[str, Any] | None, declared: Sequence[Any], source: WorkflowSource, where: Where
+) -> list[Problem]:
+    """Each ``EvaluationRef`` option names an evaluation of ``evaluate:``."""
+    problems = []
+    for option, value in referenced(cls.Config, config, RefKind.EVALUATION).items():
+        if value in declared:
+            continue
+        close = registry.suggest(value, _names(declared))
+        problems.append(
+            source.problem(
+                (*where, "config", option),
+                f"evaluation '{value}' is not declared under evaluate:",
+                expected="one of: " + (", ".join(_names(declared)) or "(none)"),
+                given=value,
+                hint=f"did you mean '{close}'?" if close else "declare it under evaluate:",
+            )
+        )
+    return problems
+
+
+def after_ref(step_id: str | None, after: str, declared: Sequence[Any], source: WorkflowSource, where: Where) -> list[Problem]:
+    """A step comes after a declared step."""
+    if after in declared:
+        return []
+    close = registry.suggest(after, [i for i in declared if isinstance(i, str)])
+    return [
+        source.problem(
+            (*where, "after"),
+            f"step '{step_id}' comes after '{after}', which is not a step",
+            expected="one of: " + ", ".join(_names(declared)),
+            given=after,
+            hint=f"did you mean '{close}'?" if close else "name an existing step id",
+        )
+    ]
+
+
+def target_refs(step_id: str | None, names: Sequence[Any], declared: Sequence[Any], source: WorkflowSource, where: Where) -> list[Problem]:
+    """A step restricted to targets names declared ones."""
+    problems = []
+    for index, target_id in enumerate(names):
+        if not isinstance(target_id, str) or not declared or target_id in declared:
+            continue
+        close = registry.suggest(target_id, [k for k in declared if isinstance(k, str)])
+        problems.append(
+            source.problem(
+                (*where, "targets", index),
+                f"step '{step_id}' names target '{target_id}', which is not declared",
+                expected="one of: " + ", ".join(_names(declared)),
+                given=target_id,
+                hint=f"did you mean '{close}'?" if close else "declare it under targets:",
+            )
+        )
+    return problems
+
+
+def metric_refs(uses: list[tuple[Where, Any]], evaluators: dict[str, EvaluatorEntry], source: WorkflowSource) -> list[Problem]:
+    """Each metric ``select`` names is ``<evaluation id>.<metric>`` of an evaluation that measures
+    candidates. An evaluator that declares no metric names (custom) names its figures at run time."""
+    metrics = [f"{eid}.{metric}" for eid, entry in evaluators.items() if entry.candidates for metric in entry.cls.metrics]
+    open_ids = {eid for eid, entry in evaluators.items() if not entry.cls.metrics}
+    problems = []
+    for where, metric in uses:
+        if not isinstance(metric, str) or metric in metrics or metric.partition(".")[0] in open_ids:
+            continue
+        close = registry.suggest(metric, metrics)
+        problems.append(
+            source.problem(
+                where,
+                f"unknown metric '{metric}'",
+                expected="one of: " + ", ".join(metrics),
+                given=metric,
+                hint=f"did you mean '{close}'?" if close else "metrics are <evaluate id>.<metric>",
+            )
+        )
+    return problems
+
+
+def repeated_ids(items: Sequence[Any], source: WorkflowSource) -> tuple[set[int], list[Problem]]:
+    """The indexes of steps whose id an earlier step has (malformed steps included), and a problem each."""
+    seen: set[str] = set()
+    repeats: set[int] = set()
+    problems = []
+    for index, item in enumerate(items):
+        step_id = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(step_id, str):
+            continue
+        if step_id in seen:
+            repeats.add(index)
+            problems.append(source.problem(("steps", index, "id"), f"step id '{step_id}' is used twice", hint="give each step its own id"))
+        seen.add(step_id)
+    return repeats, problems
+
+
+def find_cycle(parents: dict[str, str]) -> list[str] | None:
+    """The steps of one cycle of ``after`` links, in order (each comes after the one before it),
+    or None. Each step has one ``after``, so following the links from each step finds them all."""
+    done: set[str] = set()
+    for start in parents:
+        trail: dict[str, int] = {}
+        node: str | None = start
+        while node is not None and node not in done and node not in trail:
+            trail[node] = len(trail)
+            node = parents.get(node)
+        done.update(trail)
+        if node is not None and node in trail:
+            loop = list(trail)[trail[node] :]
+            return loop[::-1]
+    return None
+
+
+def cycle(parents: dict[str, str], index_of: dict[str, int], source: WorkflowSource) -> list[Problem]:
+    """The ``after`` links form no cycle."""
+    found = find_cycle(parents)
+    if not found:
+        return []
+    names = " -> ".join([*found, found[0]])
+    first = index_of.get(found[1 % len(found)], 0)
+    return [
+        source.problem(
+            ("steps", first, "after"),
+            f"the steps form a cycle: {names}",
+            hint="a step may only come after a step that does not (directly or not) come after it",
+        )
+    ]
+
+
+def formats_reaching(steps: dict[str, Step], step_id: str, input_model: InputModel) -> set[str]:
+    """What may reach ``step_id``: its predecessor's output, and while predecessors are optional,
+    what reaches them (walked in a loop: a chain of 20,000 optional steps is fine)."""
+    before: set[str] = set()
+    step = steps[step_id]
+    while True:
+        if step.after is None:
+            return before | {input_model.format}
+        if step.after not in steps:
+            return before
+        before.add(steps[step.after].pass_cls.produces)
+        if not steps[step.after].optional:
+            return before
+        step = steps[step.after]
+
+
+def step_format(step: Step, steps: dict[str, Step], input_model: InputModel, source: WorkflowSource, index: int) -> list[Problem]:
+    """A pass accepts what its predecessor produces (or, predecessors being optional, may)."""
+    produced = {input_model.format} if step.after is None else ({steps[step.after].pass_cls.produces} if step.after in steps else set())
+    if step.after in steps and steps[step.after].optional:
+        produced |= formats_reaching(steps, step.after, input_model)  # skipping it hands this step what came before
+    bad = sorted(fmt for fmt in produced if fmt not in step.pass_cls.accepts)
+    if not bad:
+        return []
+    came_from = "step " + repr(step.after) if step.after else "the input"
+    return [
+        source.problem(
+            ("steps", index, "pass"),
+            f"pass '{step.pass_name}' cannot take a {'/'.join(bad)} model (from {came_from})",
+            expected="a model in " + ", ".join(step.pass_cls.accepts),
+            given=", ".join(bad),
+            hint="put a step that converts the model before it",
+        )
+    ]
+
+
+def step_targets(step: Step, steps: dict[str, Step], source: WorkflowSource, index: int) -> list[Problem]:
+    """A target-restricted step's predecessor runs on those targets too."""
+    before = steps.get(step.after) if step.after else None
+    if before is None or step.targets is None or before.targets is None:
+        return []
+    missing = sorted(set(step.targets) - set(before.targets))
+    if not missing:
+        return []
+    return [
+        source.problem(
+            ("steps", index, "targets"),
+            f"step '{step.id}' runs on {', '.join(missing)} but the step it comes after ('{step.after}') does not",
+            hint=f"add {', '.join(missing)} to the targets of '{step.after}'",
+        )
+    ]
+
+
+def chain(steps: dict[str, Step], input_model: InputModel, index_of: dict[str, int], source: WorkflowSource) -> list[Problem]:
+    """Every step's format and targets against its predecessor's."""
+    problems = []
+    for step in steps.values():
+        problems += step_format(step, steps, input_model, source, index_of[step.id])
+        problems += step_targets(step, steps, source, index_of[step.id])
+    return problems
+
+
+def _searchable(value: Any, spec: Any) -> bool:
+    values = spec if isinstance(spec, list) else spec.get("values") if isinstance(spec, dict) else None
+    if isinstance(values, list):
+        return any(value == v and type(value) is type(v) for v in values) or (isinstance(value, float) and value in values)
+    if isinstance(spec, dict) and isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = spec.get("low"), spec.get("high")
+        return isinstance(low, int | float) and isinstance(high, int | float) and low <= value <= high
+    return True  # a malformed search is reported by the search check
+
+
+def _show_search(spec: Any) -> str:
+    if isinstance(spec, dict) and "values" not in spec:
+        return f"[{spec.get('low')!r}, {spec.get('high')!r}]"
+    return repr(spec.get("values") if isinstance(spec, dict) else spec)
+
+
+def fixed_and_searched(config: Any, search: Any, source: WorkflowSource, where: Where) -> list[Problem]:
+    """An option both in ``config`` and searched: the search gives the candidates' values and the
+    config value is the one the baselines run, so it must be one the search could give."""
+    if not isinstance(config, dict) or not isinstance(search, dict):
+        return []
+    return [
+        source.problem(
+            (*where, "search", option),
+            f"option '{option}' is fixed in config at {config[option]!r} and searched over {_show_search(spec)}: "
+            "the config value is the one baselines run, and it is not among the searched values",
+            given=repr(config[option]),
+            hint=f"remove '{option}' from config (baselines then use the pass's default), or search a range that holds it",
+        )
+        for option, spec in search.items()
+        if option in config and not _searchable(config[option], spec)
+    ]

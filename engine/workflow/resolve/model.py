@@ -1,0 +1,83 @@
+"""What resolving a workflow produces: plugins found, configs typed, paths absolute."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.core.config import StrictConfig
+from engine.core.search import SearchDim
+from engine.core.target import Availability, Target
+from engine.workflow.schema import Workflow
+
+
+@dataclass
+class InputModel:
+    format: str
+    path: Path
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Step:
+    id: str
+    pass_name: str
+    pass_cls: Any
+    config: dict[str, Any]  # validated, defaults included
+    search: dict[str, SearchDim]
+    after: str | None
+    targets: list[str] | None
+    optional: bool
+    timeout_s: float | None
+    #: options the workflow filled in, and from where (``{"task": "input.task"}``)
+    filled: dict[str, str] = field(default_factory=dict)
+    #: ``config`` as the pass's ``Config`` instance (``config`` is its JSON, what keys hash)
+    typed_config: StrictConfig | None = None
+
+
+@dataclass
+class TargetEntry:
+    id: str
+    cls: Any
+    instance: Target
+    availability: Availability
+
+
+@dataclass
+class EvaluatorEntry:
+    id: str
+    name: str
+    cls: Any
+    config: dict[str, Any]
+    timeout_s: float | None
+    candidates: bool = True  # false: only for passes that measure with it
+    typed_config: StrictConfig | None = None  # ``config`` as the evaluator's ``Config`` instance
+
+
+@dataclass
+class DataEntry:
+    name: str
+    cls: Any
+    config: dict[str, Any]  # paths made absolute
+    files: list[Path]
+    typed_config: StrictConfig | None = None  # ``config`` as the source's ``Config`` instance
+
+
+@dataclass
+class ResolvedWorkflow:
+    file: Path
+    spec: Workflow
+    input: InputModel
+    steps: dict[str, Step]
+    targets: dict[str, TargetEntry]
+    evaluators: dict[str, EvaluatorEntry]
+    datasets: dict[str, DataEntry]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def base_dir(self) -> Path:
+        return self.file.parent

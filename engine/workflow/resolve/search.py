@@ -1,0 +1,103 @@
+"""A step's ``search:``: each option a distribution, every grid point a valid config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine import registry
+from engine.core.errors import Problem
+from engine.core.search import SearchDim, distribution_from_spec, grid_points
+from engine.workflow.problems import problems_from_validation
+from engine.workflow.resolve.plugins import Where
+from engine.workflow.schema import SearchOption
+from engine.workflow.source import WorkflowSource
+
+GRID_CHECK_LIMIT = 4096  # points of one step's grid checked against its Config at validation
+
+
+def _unknown_option(option: str, fields: list[str], owner: str, source: WorkflowSource, at: Where, verb: str) -> Problem:
+    close = registry.suggest(option, fields)
+    return source.problem(
+        at,
+        f"{owner} has no option '{option}' to {verb}",
+        expected="one of: " + ", ".join(fields) if verb == "search" else None,
+        given=option,
+        hint=f"did you mean '{close}'?" if close else None,
+    )
+
+
+def _dimension(
+    option: str, spec: Any, fields: list[str], owner: str, source: WorkflowSource, at: Where
+) -> tuple[SearchDim | None, list[Problem]]:
+    """One searched option as a distribution (and its condition), or None and the problems."""
+    if isinstance(spec, list):
+        if not spec:
+            return None, [source.problem(at, "a searched option needs at least one value", given="[]")]
+        return SearchDim(distribution_from_spec(spec), None), []
+    if not isinstance(spec, dict):
+        message = "a searched option is a list of values or {values | low, high, log, step, when}"
+        return None, [source.problem(at, message, given=repr(spec))]
+    try:
+        SearchOption(**spec)
+    except ValidationError as error:
+        return None, problems_from_validation(error, source, at, SearchOption, f"the search of option '{option}'")
+    when = spec.get("when")
+    problems = [
+        _unknown_option(name, fields, owner, source, (*at, "when", name), "condition on") for name in when or {} if name not in fields
+    ]
+    return SearchDim(distribution_from_spec(spec), when), problems
+
+
+def _invalid_points(
+    cls: Any, config: dict[str, Any], dims: dict[str, SearchDim], source: WorkflowSource, where: Where, owner: str
+) -> list[Problem]:
+    """One problem per option whose searched values make a config the pass refuses."""
+    try:
+        points = grid_points(dims, config, limit=GRID_CHECK_LIMIT)
+    except ValueError as error:
+        return [source.problem((*where, "search"), str(error))]
+    problems: list[Problem] = []
+    reported: set[str] = set()
+    for point in points:
+        try:
+            cls.Config(**{**config, **point})
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            option = str(first["loc"][0]) if first["loc"] else ""
+            if option in reported:
+                continue
+            reported.add(option)
+            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
+            problems.append(
+                source.problem(
+                    (*where, "search", *([option] if option in dims else [])),
+                    f"the searched point ({shown}) is not a valid config of {owner}: {first['msg']}",
+                    hint="narrow the values, or make the option conditional with `when:`",
+                )
+            )
+    return problems
+
+
+def resolve_search(
+    cls: Any, config: dict[str, Any] | None, raw: Any, source: WorkflowSource, where: Where, owner: str, problems: list[Problem]
+) -> dict[str, SearchDim]:
+    """A step's ``search:`` as distributions; every grid point is checked against the pass's
+    Config, so "static needs a calibration dataset" is caught before anything runs."""
+    if not isinstance(raw, dict):
+        return {}
+    fields = list(cls.Config.model_fields)
+    dims: dict[str, SearchDim] = {}
+    for option, spec in raw.items():
+        at = (*where, "search", option)
+        if option not in fields:
+            problems.append(_unknown_option(option, fields, owner, source, at, "search"))
+            continue
+        dim, found = _dimension(option, spec, fields, owner, source, at)
+        problems.extend(found)
+        if dim is not None:
+            dims[option] = dim
+    if config is not None and dims:
+        problems.extend(_invalid_points(cls, config, dims, source, where, owner))
+    return dims
