@@ -10,6 +10,7 @@ from pydantic import Field, PositiveInt, field_validator
 
 from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.onnx_io import OnnxPass, default_opset, ort_limits, save_onnx
+from passes.common.pass_io import check_providers
 
 if TYPE_CHECKING:
     from passes.export.sources import ExportSource
@@ -130,7 +131,7 @@ class TorchExport(OnnxPass):
             "parity": None,
         }
         if config.check_parity:
-            details["parity"] = parity.check(path, outputs, cases, config.parity_tolerance)
+            details["parity"] = parity.check(path, outputs, cases, config.parity_tolerance, check_providers(ctx))
         else:
             notes.append("parity with torch not checked (check_parity: false)")
         attrs = {**source.attrs, "inputs": inputs, "outputs": outputs}

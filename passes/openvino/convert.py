@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.pass_io import check_providers
 from passes.openvino._base import PRECISION_HINT_DESCRIPTION, OpenVinoPass, PrecisionHint
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class OpenVinoConvert(OpenVinoPass):
         from passes.openvino._quiet import decline_telemetry, library_output
 
         decline_telemetry()
-        from passes.openvino import _ir, _parity
+        from passes.openvino import _ir
 
         cfg = self.config
         notes: list[str] = []
@@ -111,20 +112,7 @@ class OpenVinoConvert(OpenVinoPass):
             checked = _ir.save_ir(ov_model, Path(ctx.workdir) / "fp32", None) if cfg.compress_to_fp16 and cfg.check_parity else None
             xml = _ir.save_ir(ov_model, Path(ctx.output_dir), cfg.inference_precision_hint, cfg.compress_to_fp16)
 
-            parity = None
-            if cfg.check_parity:
-                runner, against = self._reference(model, source, ov_model)
-                parity = _parity.check(runner, against, checked or xml, cfg.parity_tolerance, cfg.parity_int_high)
-                if checked is not None:
-                    parity["fp16_weights_max_abs_diff"] = _parity.check(runner, against, xml, float("inf"), cfg.parity_int_high)[
-                        "max_abs_diff"
-                    ]
-                    notes.append(
-                        f"weights stored in FP16: outputs differ from the source by up to {parity['fp16_weights_max_abs_diff']:.3g} "
-                        "(not held to parity_tolerance, which checked the conversion with FP32 weights)"
-                    )
-            else:
-                notes.append("parity with the source not checked (check_parity: false)")
+            parity = self._parity(model, ctx, source, ov_model, xml, checked, notes)
 
         written = _ir.read_ir(xml)
         inputs = [port["name"] for port in _ir.describe_io(written.inputs, "input")]
@@ -146,6 +134,34 @@ class OpenVinoConvert(OpenVinoPass):
         }
         attrs = {**model.attrs, **(source.attrs if source else {}), "inputs": inputs, "outputs": outputs}
         return PassResult(model=ModelArtifact.from_folder("openvino", Path(ctx.output_dir), attrs=attrs), details=details, notes=notes)
+
+    def _parity(
+        self,
+        model: ModelArtifact,
+        ctx: PassContext,
+        source: ExportSource | None,
+        ov_model: ov.Model,
+        xml: Path,
+        checked: Path | None,
+        notes: list[str],
+    ) -> dict[str, Any] | None:
+        """The written IR compared with its source (``checked``: its FP32-weights copy, when the
+        IR's weights are FP16); None when parity is not checked."""
+        from passes.openvino import _parity
+
+        cfg = self.config
+        if not cfg.check_parity:
+            notes.append("parity with the source not checked (check_parity: false)")
+            return None
+        runner, against = self._reference(model, ctx, source, ov_model)
+        parity = _parity.check(runner, against, checked or xml, cfg.parity_tolerance, cfg.parity_int_high)
+        if checked is not None:
+            parity["fp16_weights_max_abs_diff"] = _parity.check(runner, against, xml, float("inf"), cfg.parity_int_high)["max_abs_diff"]
+            notes.append(
+                f"weights stored in FP16: outputs differ from the source by up to {parity['fp16_weights_max_abs_diff']:.3g} "
+                "(not held to parity_tolerance, which checked the conversion with FP32 weights)"
+            )
+        return parity
 
     def _reject_torch_options(self, fmt: str) -> None:
         if self.config.outputs is not None:
@@ -210,13 +226,13 @@ class OpenVinoConvert(OpenVinoPass):
             raise ValueError(f"OpenVINO could not reshape the model to {shapes}: {str(error).strip().splitlines()[-1]}") from error
         return dict(shapes)
 
-    def _reference(self, model: ModelArtifact, source: ExportSource | None, ov_model: ov.Model) -> tuple[Any, str]:
+    def _reference(self, model: ModelArtifact, ctx: PassContext, source: ExportSource | None, ov_model: ov.Model) -> tuple[Any, str]:
         from passes.openvino import _parity
 
         if source is not None:
             return _parity.torch_runner(source.module, source.input_names), "torch"
         if model.format == "onnx":
             outputs = [spec.name for spec in _parity.specs(ov_model.outputs, "output")]
-            return _parity.onnx_runner(model.model_file, outputs), "onnxruntime"
+            return _parity.onnx_runner(model.model_file, outputs, check_providers(ctx)), "onnxruntime"
         runner, _, _ = _parity.ir_runner(model.model_file)
         return runner, "the input IR"

@@ -185,9 +185,17 @@ def prepare_feed(dataset: Dataset, name: str, inputs: dict[str, np.dtype], sampl
 
 
 def compute_ranges(
-    model_file: Path, feed: CalibrationFeed, method: str, options: dict[str, Any], op_types: list[str], workdir: Path, large: bool
+    model_file: Path,
+    feed: CalibrationFeed,
+    method: str,
+    options: dict[str, Any],
+    op_types: list[str],
+    workdir: Path,
+    large: bool,
+    providers: list[str] | None = None,
 ) -> TensorsData:
-    """Run onnxruntime's calibrator for ``method`` over the feed; return its ranges."""
+    """Run onnxruntime's calibrator for ``method`` over the feed (with ``providers``, default CPU);
+    return its ranges."""
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorsData, create_calibrator
 
@@ -200,7 +208,7 @@ def compute_ranges(
             augmented_model_path=str(augmented),
             calibrate_method=CalibrationMethod[method],
             use_external_data_format=large,
-            providers=["CPUExecutionProvider"],
+            providers=providers or ["CPUExecutionProvider"],
             extra_options=options,
         )
         calibrator.collect_data(DatasetReader(feed.batches))

@@ -41,8 +41,9 @@ from pydantic import Field, JsonValue, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.graph_tools import runtime_loadable
+from passes.common.library_logs import LibraryMessage, capture_library_logs, distinct
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
-from passes.quantize.library_logs import LibraryMessage, capture_library_logs, distinct
+from passes.common.pass_io import check_providers
 from passes.quantize.onnx_facts import (
     file_bytes,
     initializer_bytes,
@@ -470,7 +471,7 @@ def _calibrate(
         ctx.cache_dir,
         key_doc,
         method,
-        lambda: compute_ranges(to_quantize, feed, method, options, op_types, workdir, large),
+        lambda: compute_ranges(to_quantize, feed, method, options, op_types, workdir, large, check_providers(ctx)),
     )
     clamped = clamp_activation_ranges(graph, lookup.ranges)
     ranges_file = workdir / "calibration.json"
@@ -615,7 +616,7 @@ def preprocess_for_quantization(
     if not target.exists():
         notes.append("preprocessing (quant_pre_process) wrote no model, so the model was quantized without it")
         return source, "failed"
-    errors = [m.message for m in messages[seen:] if m.logger.startswith(_PREPROCESS_LOGGER) and m.level in ("ERROR", "CRITICAL")]
+    errors = [m.message for m in messages[seen:] if m.source.startswith(_PREPROCESS_LOGGER) and m.level in ("ERROR", "CRITICAL")]
     if errors:
         # quant_pre_process logs the optimizer's failure (and its traceback) and carries on
         reason = errors[-1].splitlines()[-1]

@@ -40,8 +40,8 @@ from pydantic import Field, model_validator
 
 from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassContext, PassResult
 from passes.common.graph_tools import runtime_loadable
+from passes.common.library_logs import capture_library_logs
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
-from passes.quantize.library_logs import capture_library_logs
 from passes.quantize.onnx_facts import file_bytes, iter_nodes
 from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization
 
