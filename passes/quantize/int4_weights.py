@@ -35,7 +35,6 @@ onnxruntime) and calls ``logging.basicConfig`` at import; both are handled here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,7 +46,7 @@ from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
 from passes.common.pass_io import onnx_output
 
 if TYPE_CHECKING:
-    import numpy as np
+    from passes.quantize.calibration import BatchReader
 
 #: GatherBlockQuantized stores int4 tensors, which the default domain has from opset 21
 _INT4_OPSET = 21
@@ -204,9 +203,11 @@ class Int4Weights(OnnxPass):
             )
         return notes
 
-    def _calibration_reader(self, source: Any, ctx: PassContext) -> _Samples:
+    def _calibration_reader(self, source: Any, ctx: PassContext) -> BatchReader:
         cfg = self.config
         assert cfg.calibration is not None  # the config validator ensures it for gptq
+        from passes.quantize.calibration import BatchReader
+
         dataset = ctx.dataset(cfg.calibration)
         initializers = {t.name for t in source.graph.initializer}
         wanted = [v.name for v in source.graph.input if v.name not in initializers]
@@ -218,28 +219,7 @@ class Int4Weights(OnnxPass):
         if len(dataset) == 0:
             raise ValueError(f"calibration dataset '{cfg.calibration}' is empty")
         batches = [{name: batch[name] for name in wanted} for batch in dataset.batches(1, limit=cfg.calibration_samples)]
-        return _Samples(batches)
-
-
-class _Samples:
-    """onnxruntime's CalibrationDataReader protocol (``get_next``) plus iteration, over arrays in
-    memory. The GPTQ code deep-copies the reader and iterates the copy."""
-
-    def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
-        self.batches = batches
-        self.position = 0
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        if self.position >= len(self.batches):
-            return None
-        self.position += 1
-        return self.batches[self.position - 1]
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
+        return BatchReader(batches)
 
 
 def _order_initializers(model: Any, input_order: list[str]) -> None:
@@ -282,7 +262,7 @@ def _size_facts(
     }
 
 
-def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: _Samples | None) -> Any:
+def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: BatchReader | None) -> Any:
     """The configured MatMulNBitsQuantizer. Imported here, inside ``quiet_library``: the module
     calls ``logging.basicConfig(level=INFO)`` at import, which is then a no-op."""
     try:
