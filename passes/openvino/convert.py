@@ -18,12 +18,13 @@ it validates a workflow, only to read ``Config``, and that must stay fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.pass_io import check_providers
+from passes.export.hf_options import AttnImplementation, Task, attn_implementation_field, task_field
 from passes.openvino._base import PRECISION_HINT_DESCRIPTION, OpenVinoPass, PrecisionHint
 
 if TYPE_CHECKING:
@@ -55,13 +56,8 @@ class OpenVinoConvert(OpenVinoPass):
             description="Fixed input shapes, input name -> dims, e.g. {input_ids: [1, 128]}; -1 keeps a dim dynamic. "
             "Inputs not named keep the source's dims (dynamic where the source's are).",
         )
-        task: Literal["feature-extraction", "text-classification"] = Field(
-            default="feature-extraction",
-            description="Hugging Face input only: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
-        )
-        attn_implementation: Literal["eager", "sdpa"] = Field(
-            default="sdpa", description="Hugging Face input only: the attention implementation the model is traced with."
-        )
+        task: Task = task_field("Hugging Face input only")
+        attn_implementation: AttnImplementation = attn_implementation_field("sdpa", "Hugging Face input only")
         outputs: tuple[str, ...] | None = Field(
             default=None,
             min_length=1,
