@@ -21,10 +21,11 @@ Steps, all inside the step's workdir:
 3. ``quantize_dynamic``, or ``quantize_static`` given those ranges as its calibration cache;
 4. drop the opset imports the optimizer added but no node uses, and save with ``save_onnx``.
 
-Options that apply to one mode only are fields of the one ``Config`` that default to None and are
-rejected, with the option's name, when given with the other mode. Static mode fills its defaults
-in (quant_format QDQ, calibration_method MinMax, calibration_batch_size 1, activation_type quint8),
-so the job key shows the values used.
+``Config`` is a union on ``mode`` (``passes.quantize.ort_quantize_config``): a config validates as
+``DynamicQuantizeConfig`` or ``StaticQuantizeConfig``. Options that apply to one mode only default
+to None and are rejected, with the option's name, when given with the other mode. Static mode
+fills its defaults in (quant_format QDQ, calibration_method MinMax, calibration_batch_size 1,
+activation_type quint8), so the job key shows the values used.
 
 onnx and onnxruntime are imported inside functions, never at module level: the engine imports
 this module when it validates a workflow, only to read ``Config``, and that must stay fast.

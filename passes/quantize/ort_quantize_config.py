@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, TypeAdapter, model_validator
 
 from engine.core import PassConfig
 
@@ -45,7 +45,29 @@ MIN_BINS = {"Entropy": 128, "Distribution": 512}
 
 
 class OrtQuantizeConfig(PassConfig):
-    """Options of ort_quantize. One class for both modes: static-only options default to None."""
+    """Options of ort_quantize: a union on ``mode``. ``OrtQuantizeConfig(...)`` and
+    ``OrtQuantizeConfig.model_validate(...)`` give a ``DynamicQuantizeConfig`` (mode dynamic, the
+    default) or a ``StaticQuantizeConfig`` (mode static), and the JSON schema is their
+    discriminated union. This class holds the fields of both (static-only options default to None),
+    so a config's JSON, and with it every job key, is the same in either form; subclasses that
+    take both modes (ort_quantize_accuracy) extend it directly."""
+
+    def __new__(cls, *args: Any, **data: Any) -> OrtQuantizeConfig:
+        return super().__new__(_variant(cls, data))
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        variant = _variant(cls, obj)
+        if variant is not cls:
+            return variant.model_validate(obj, *args, **kwargs)
+        return super().model_validate(obj, *args, **kwargs)
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if cls is not OrtQuantizeConfig:
+            return super().model_json_schema(*args, **kwargs)
+        union = TypeAdapter(Annotated[DynamicQuantizeConfig | StaticQuantizeConfig, Field(discriminator="mode")])
+        return {"title": cls.__name__, **union.json_schema(*args, **kwargs)}
 
     mode: Literal["dynamic", "static"] = Field(
         "dynamic",
@@ -210,3 +232,43 @@ class OrtQuantizeConfig(PassConfig):
         if least is not None and self.num_bins is not None and self.num_bins < least:
             raise ValueError(f"num_bins {self.num_bins} is below {least}, the fewest {self.calibration_method} calibration works with")
         return self
+
+
+_MODE = OrtQuantizeConfig.model_fields["mode"].description
+
+
+def _described(name: str) -> str | None:
+    return OrtQuantizeConfig.model_fields[name].description
+
+
+class DynamicQuantizeConfig(OrtQuantizeConfig):
+    """ort_quantize in mode dynamic: the static-only options stay unset (None)."""
+
+    mode: Literal["dynamic"] = Field("dynamic", description=_MODE)
+
+
+class StaticQuantizeConfig(OrtQuantizeConfig):
+    """ort_quantize in mode static: the options static mode fills in are never None."""
+
+    mode: Literal["static"] = Field(description=_MODE)
+    quant_format: Literal["QDQ", "QOperator"] = Field("QDQ", description=_described("quant_format"))
+    calibration_method: Literal["MinMax", "Entropy", "Percentile", "Distribution"] = Field(
+        "MinMax", description=_described("calibration_method")
+    )
+    calibration_batch_size: int = Field(1, ge=1, description=_described("calibration_batch_size"))
+    activation_type: Literal["quint8", "qint8"] = Field("quint8", description=_described("activation_type"))
+
+
+_VARIANTS: dict[Any, type[OrtQuantizeConfig]] = {
+    None: DynamicQuantizeConfig,
+    "dynamic": DynamicQuantizeConfig,
+    "static": StaticQuantizeConfig,
+}
+
+
+def _variant(cls: type[OrtQuantizeConfig], data: Any) -> type[OrtQuantizeConfig]:
+    """The class that validates ``data``: the variant its mode names when ``cls`` is the union
+    (an unknown mode is left to the union's own field check, which lists both)."""
+    if cls is not OrtQuantizeConfig or not isinstance(data, dict):
+        return cls
+    return _VARIANTS.get(data.get("mode"), cls)
