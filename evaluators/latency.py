@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
-from engine.core.stats import Interval, bootstrap
-from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
+from evaluators._rounds import Arm, Rounds
+from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,8 +42,6 @@ if TYPE_CHECKING:
     from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
-#: the shortest stretch whose load is judged on its own (the kernel's CPU counters tick every 10 ms)
-LOAD_WINDOW_S = 0.1
 
 
 class Latency(Evaluator):
@@ -146,8 +142,8 @@ class Latency(Evaluator):
         cfg = self.config
         batch = dataset_batch(ctx, cfg)
         compared = cfg.compare and ctx.reference is not None
-        rounds = _Rounds(cfg, arms=2 if compared else 1)
-        first: _Arm | None = None
+        rounds = Rounds(cfg, arms=2 if compared else 1)
+        first: Arm | None = None
         load_ms = 0.0
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
@@ -158,12 +154,12 @@ class Latency(Evaluator):
                 opened.append(candidate)
                 if first is None:
                     load_ms = (time.perf_counter_ns() - started) / 1e6
-                arms = [_Arm("candidate" if compared else "model", candidate, feeds_for(candidate, cfg, batch))]
+                arms = [Arm("candidate" if compared else "model", candidate, feeds_for(candidate, cfg, batch))]
                 if compared:
                     assert ctx.reference is not None
                     reference = open_session(ctx, ctx.reference, "reference")
                     opened.append(reference)
-                    arms.insert(0, _Arm("reference", reference, feeds_for(reference, cfg, batch)))
+                    arms.insert(0, Arm("reference", reference, feeds_for(reference, cfg, batch)))
                 first = first or arms[-1]
                 for arm in arms:
                     arm.warm_up(cfg.warmup)
@@ -176,43 +172,14 @@ class Latency(Evaluator):
         assert first is not None
         return self._result(rounds, first, load_ms, ctx, batch is not None)
 
-    def _result(self, rounds: _Rounds, cand: _Arm, load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
+    def _result(self, rounds: Rounds, cand: Arm, load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
 
         cfg = self.config
         ms = np.asarray(rounds.times_ns[-1], dtype=np.float64) / 1e6
-        p50, p90, p95, p99 = (float(v) for v in np.percentile(ms, [50, 90, 95, 99]))
-        mean = float(ms.mean())
-        values = {
-            "mean_ms": mean,
-            "p50_ms": p50,
-            "p90_ms": p90,
-            "p95_ms": p95,
-            "p99_ms": p99,
-            "std_ms": float(ms.std()),
-            "min_ms": float(ms.min()),
-            "max_ms": float(ms.max()),
-            "throughput_per_s": cfg.batch_size / (mean / 1e3) if mean > 0 else float("inf"),
-            "load_ms": load_ms,
-            "rounds": float(len(rounds.kept)),
-            "others_cores": rounds.mean_others(),
-        }
-        blocks = [r.block for r in rounds.kept]
-        samples = {"p50_ms": Samples("median", [r.medians_ms[-1] for r in rounds.kept], blocks)}
+        values, samples = self._values(rounds, ms, load_ms, ctx)
+        p50 = values["p50_ms"]
         compared = rounds.arms == 2
-        if compared:
-            ratios = rounds.ratios()
-            interval = rounds.interval()
-            values |= {
-                "speedup": interval.estimate,
-                "speedup_low": interval.low,
-                "speedup_high": interval.high,
-                "reference_p50_ms": float(np.median(np.asarray(rounds.times_ns[0], dtype=np.float64) / 1e6)),
-            }
-            samples["speedup"] = Samples("median", ratios, blocks)
-        elif ctx.reference is None:
-            # the reference itself: speedup 1 by definition (a candidate timed alone has none)
-            values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_p50_ms": p50}
         feeds = cand.feeds
         details: dict[str, Any] = {
             "method": "interleaved rounds against the reference" if compared else "rounds, alone",
@@ -252,157 +219,43 @@ class Latency(Evaluator):
         )
         return MetricResult(values=values, details=details, samples=samples)
 
+    def _values(self, rounds: Rounds, ms: np.ndarray, load_ms: float, ctx: EvalContext) -> tuple[dict[str, float], dict[str, Samples]]:
+        """The figures of the candidate's timed runs (``ms``), and the speedup over the reference."""
+        import numpy as np
 
-@dataclass
-class _Arm:
-    """One model under the clock: its session, its feeds, every timed run."""
-
-    role: str
-    session: Session
-    feeds: dict[str, np.ndarray]
-
-    def warm_up(self, runs: int) -> None:
-        for _ in range(runs):
-            run_session(self.session, self.feeds, self.role)
-        self.session.synchronize()
-
-    def time(self, runs: int) -> list[int]:
-        """``runs`` timed runs; each is bracketed by device synchronization, so a GPU's queued
-        work is counted in the run that queued it."""
-        session, feeds, role = self.session, self.feeds, self.role
-        out = []
-        for _ in range(runs):
-            session.synchronize()
-            start = time.perf_counter_ns()
-            run_session(session, feeds, role)
-            session.synchronize()
-            out.append(time.perf_counter_ns() - start)
-        return out
-
-
-@dataclass
-class _Round:
-    medians_ms: list[float]  # per arm, in arm order
-    times_ns: list[list[int]]
-    load: Load
-    busy: bool
-    block: int  # which pair of sessions it ran on
-
-
-class _Rounds:
-    """The interleaved rounds, block by block (a block: one pair of sessions), and the rules
-    that decide when they are enough."""
-
-    def __init__(self, cfg: Latency.Config, arms: int) -> None:
-        self.cfg = cfg
-        self.arms = arms
-        self.kept: list[_Round] = []
-        self.times_ns: list[list[int]] = [[] for _ in range(arms)]  # every kept run, per arm
-        self.blocks = 0
-        self.discarded = 0
-        self.waited_s = 0.0
-        self.stop_reason = ""
-        self._meter = NoiseMeter()
-        self._window_started: float | None = None
-        self._quiet_budget = cfg.quiet_wait_s
-        self._started = time.perf_counter()
-
-    @property
-    def per_block(self) -> int:
-        return max(2, -(-self.cfg.min_rounds // self.cfg.sessions))
-
-    def block(self, arms: list[_Arm]) -> None:
-        """Take ``per_block`` rounds on these sessions; a busy round is thrown away and taken
-        again once the machine is quiet, until the quiet budget is spent."""
-        taken = 0
-        while taken < self.per_block:
-            current = self._take(arms, len(self.kept) + self.discarded)
-            if current.busy and self._quiet_budget > 0:
-                self.discarded += 1
-                _, waited = self._meter.wait_for_quiet(self.cfg.busy_cores, self._quiet_budget)
-                self.waited_s += waited
-                self._quiet_budget -= waited
-                continue
-            self.kept.append(current)
-            for i, times in enumerate(current.times_ns):
-                self.times_ns[i].extend(times)
-            taken += 1
-        self.blocks += 1
-
-    def _take(self, arms: list[_Arm], index: int) -> _Round:
-        """One round: every arm times ``runs_per_round`` runs, in an order that alternates
-        between rounds (A B, B A, ...) so a trend within a round favours neither."""
-        order = list(range(len(arms)))
-        if index % 2:
-            order.reverse()
-        times: list[list[int]] = [[] for _ in arms]
-        # the kernel counts CPU time in 10 ms ticks: a round shorter than LOAD_WINDOW_S is
-        # judged on the load since the window began, which may span a few earlier rounds
-        if self._window_started is None or time.perf_counter() - self._window_started >= LOAD_WINDOW_S:
-            self._meter.start()
-            self._window_started = time.perf_counter()
-        for i in order:
-            times[i] = arms[i].time(self.cfg.runs_per_round)
-        load = self._meter.stop()
-        medians = [_median_ms(t) for t in times]
-        return _Round(medians, times, load, load.busy(self.cfg.busy_cores), self.blocks)
-
-    def ratios(self) -> list[float]:
-        """Per round: the reference's median time over the candidate's (> 1: the candidate is faster)."""
-        return [r.medians_ms[0] / r.medians_ms[-1] for r in self.kept]
-
-    def interval(self) -> Interval:
-        """The speedup's interval, bootstrapped over sessions, then rounds within them."""
-        return bootstrap(self.ratios(), "median", self.cfg.confidence, groups=[r.block for r in self.kept])
-
-    def enough(self) -> bool:
-        """Checked after each block; sets ``stop_reason`` when the rounds are enough."""
-        self.stop_reason = self._reason(time.perf_counter() - self._started - self.waited_s)
-        return bool(self.stop_reason)
-
-    def _reason(self, elapsed_s: float) -> str:
-        cfg = self.cfg
-        rounds = len(self.kept)
-        if self.blocks < cfg.sessions or rounds < cfg.min_rounds:
-            return ""
-        if elapsed_s >= cfg.max_time_s:
-            return f"max_time_s ({cfg.max_time_s:g} s) spent"
-        runs = len(self.times_ns[-1])
-        timed_s = sum(self.times_ns[-1]) / 1e9
-        if runs < cfg.runs or timed_s < cfg.min_time_s:
-            return ""
-        if self.arms == 1:
-            return "runs done"
-        interval = self.interval()
-        if interval.half_width <= cfg.precision * interval.estimate:
-            return f"interval within ±{cfg.precision:.0%}"
-        if rounds >= cfg.max_rounds:
-            return f"max_rounds ({cfg.max_rounds}) reached"
-        return ""
-
-    def mean_others(self) -> float:
-        return sum(r.load.others_cores for r in self.kept) / len(self.kept) if self.kept else 0.0
-
-    def noise(self) -> dict[str, Any]:
-        busy = [r for r in self.kept if r.busy]
-        return {
-            "others_cores_mean": self.mean_others(),
-            "others_cores_max": max((r.load.others_cores for r in self.kept), default=0.0),
-            "steal_cores_mean": sum(r.load.steal_cores for r in self.kept) / len(self.kept) if self.kept else 0.0,
-            "busy_cores_threshold": self.cfg.busy_cores,
-            "busy_rounds_kept": len(busy),
-            "rounds_thrown_away": self.discarded,
-            "waited_for_quiet_s": round(self.waited_s, 2),
-            # measured under load: some rounds were kept although others kept the machine busy
-            "loaded": bool(busy),
+        cfg = self.config
+        p50, p90, p95, p99 = (float(v) for v in np.percentile(ms, [50, 90, 95, 99]))
+        mean = float(ms.mean())
+        values = {
+            "mean_ms": mean,
+            "p50_ms": p50,
+            "p90_ms": p90,
+            "p95_ms": p95,
+            "p99_ms": p99,
+            "std_ms": float(ms.std()),
+            "min_ms": float(ms.min()),
+            "max_ms": float(ms.max()),
+            "throughput_per_s": cfg.batch_size / (mean / 1e3) if mean > 0 else float("inf"),
+            "load_ms": load_ms,
+            "rounds": float(len(rounds.kept)),
+            "others_cores": rounds.mean_others(),
         }
-
-
-def _median_ms(times_ns: list[int]) -> float:
-    ordered = sorted(times_ns)
-    mid = len(ordered) // 2
-    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return value / 1e6
+        blocks = [r.block for r in rounds.kept]
+        samples = {"p50_ms": Samples("median", [r.medians_ms[-1] for r in rounds.kept], blocks)}
+        if rounds.arms == 2:
+            ratios = rounds.ratios()
+            interval = rounds.interval()
+            values |= {
+                "speedup": interval.estimate,
+                "speedup_low": interval.low,
+                "speedup_high": interval.high,
+                "reference_p50_ms": float(np.median(np.asarray(rounds.times_ns[0], dtype=np.float64) / 1e6)),
+            }
+            samples["speedup"] = Samples("median", ratios, blocks)
+        elif ctx.reference is None:
+            # the reference itself: speedup 1 by definition (a candidate timed alone has none)
+            values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_p50_ms": p50}
+        return values, samples
 
 
 def _sequence_length(feeds: dict[str, np.ndarray], default: int) -> int:

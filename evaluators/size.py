@@ -121,22 +121,7 @@ def onnx_weights(model_file: Path) -> dict[str, Any]:
 
     def tensor(t: Any) -> None:
         type_name = onnx.TensorProto.DataType.Name(t.data_type)
-        dtype = _ONNX_NAMES.get(type_name, type_name.lower())
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            info = {entry.key: entry.value for entry in t.external_data}
-            location = model_file.parent / info.get("location", "")
-            external.add(info.get("location", ""))
-            if "length" in info:
-                size = int(info["length"])
-            else:
-                size = max(0, location.stat().st_size - int(info.get("offset", 0))) if location.is_file() else 0
-        elif t.raw_data:
-            size = len(t.raw_data)
-        elif t.data_type == onnx.TensorProto.STRING:
-            size = sum(len(s) for s in t.string_data)
-        else:
-            size = math.ceil(math.prod(t.dims) * _ONNX_BITS.get(type_name, 8) / 8)
-        tally.add(dtype, size)
+        tally.add(_ONNX_NAMES.get(type_name, type_name.lower()), _onnx_tensor_bytes(onnx, t, type_name, model_file, external))
 
     def nodes(items: Any) -> None:
         for node in items:
@@ -164,6 +149,22 @@ def onnx_weights(model_file: Path) -> dict[str, Any]:
     for function in model.functions:
         nodes(function.node)
     return tally.summary(external_files=sorted(external))
+
+
+def _onnx_tensor_bytes(onnx: Any, t: Any, type_name: str, model_file: Path, external: set[str]) -> int:
+    """The bytes of one ONNX tensor; the external data files it names are added to ``external``."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        info = {entry.key: entry.value for entry in t.external_data}
+        location = model_file.parent / info.get("location", "")
+        external.add(info.get("location", ""))
+        if "length" in info:
+            return int(info["length"])
+        return max(0, location.stat().st_size - int(info.get("offset", 0))) if location.is_file() else 0
+    if t.raw_data:
+        return len(t.raw_data)
+    if t.data_type == onnx.TensorProto.STRING:
+        return sum(len(s) for s in t.string_data)
+    return math.ceil(math.prod(t.dims) * _ONNX_BITS.get(type_name, 8) / 8)
 
 
 def openvino_weights(xml: Path) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -28,34 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.core.errors import KilnError
+from passes.common.library_logs import LogCollector, cap, first_line
 from passes.common.onnx_io import clamp_ir_version, default_opset, ort_limits, save_onnx
 
 if TYPE_CHECKING:
     import onnx
 
 CONTRIB_DOMAIN = "com.microsoft"
-
-
-class _Collector(logging.Handler):
-    """WARNING+ records of every logger, logged by one thread."""
-
-    def __init__(self, thread: int) -> None:
-        super().__init__(level=logging.WARNING)
-        self.thread = thread
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.thread != self.thread:
-            return
-        try:
-            text = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed library log call must not fail the pass
-            text = str(record.msg)
-        lines = text.strip().splitlines()
-        if lines and lines[0].startswith("Traceback"):
-            lines = lines[-1:]  # a logged traceback: its last line says what failed
-        if lines:
-            self.messages.append(f"{record.levelname}: {lines[0][:300]}")
 
 
 @contextmanager
@@ -68,7 +46,7 @@ def quiet_library() -> Iterator[list[str]]:
     left behind. stdout is redirected for the whole process while the block runs (progress bars
     are printed, not logged).
     """
-    collector = _Collector(threading.get_ident())
+    collector = LogCollector(logging.WARNING)
     root = logging.getLogger()
     root.addHandler(collector)
     printed = io.StringIO()
@@ -81,16 +59,15 @@ def quiet_library() -> Iterator[list[str]]:
         root.removeHandler(collector)
     seen: dict[str, None] = {}
     for message in collector.messages:
-        seen.setdefault(message, None)
+        text = first_line(message.message)
+        if text:
+            seen.setdefault(f"{message.level}: {text}", None)
     for warning in caught:
         seen.setdefault(f"{warning.category.__name__}: {str(warning.message).strip()[:300]}", None)
     for line in printed.getvalue().replace("\r", "\n").splitlines():
         if line.strip() and not line.lstrip().startswith("Progress:"):
             seen.setdefault(f"stdout: {line.strip()[:300]}", None)
-    texts = list(seen)
-    if len(texts) > 20:
-        texts = [*texts[:20], f"... and {len(texts) - 20} more"]
-    result.extend(texts)
+    result.extend(cap(list(seen)))
 
 
 def runtime_loadable(model_file: Path, workdir: Path) -> Path:

@@ -43,14 +43,14 @@ def max_abs_diff(expected: np.ndarray, actual: np.ndarray) -> float:
     return float(diff.max()) if diff.size else 0.0
 
 
-def check(path: Path, output_names: list[str], cases: list[Case], tolerance: float) -> dict[str, Any]:
+def check(path: Path, output_names: list[str], cases: list[Case], tolerance: float, providers: list[str] | None = None) -> dict[str, Any]:
     """Run ``path`` in onnxruntime on every case; raise ValueError if any output is off by more
-    than ``tolerance``; return the figures."""
+    than ``tolerance``; return the figures. ``providers``: onnxruntime's execution providers (default CPU)."""
     import onnxruntime  # heavy: imported only when parity is checked
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: a pass never prints
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
     feeds_wanted = [i.name for i in session.get_inputs()]
     worst = dict.fromkeys(output_names, 0.0)
     where: dict[str, dict[str, list[int]]] = {}

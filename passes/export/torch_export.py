@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, PositiveInt, field_validator
 
 from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
-from engine.core.refs import InputTask
 from passes.common.onnx_io import OnnxPass, default_opset, ort_limits, save_onnx
+from passes.common.pass_io import check_providers
+from passes.export.hf_options import AttnImplementation, Task, attn_implementation_field, task_field
 
 if TYPE_CHECKING:
     from passes.export.sources import ExportSource
@@ -42,13 +43,9 @@ class TorchExport(OnnxPass):
             description="Make the batch axis of every input and output dynamic ('batch'), and for Hugging Face models the sequence axis "
             "too ('sequence'); false exports the example's fixed shapes.",
         )
-        task: InputTask[Literal["feature-extraction", "text-classification"]] = Field(
-            default="feature-extraction",
-            description="Hugging Face task: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
-        )
-        attn_implementation: Literal["eager", "sdpa"] = Field(
-            default="eager",
-            description="Attention implementation a Hugging Face model is loaded with; onnxruntime's attention fusion needs 'eager'.",
+        task: Task = task_field("Hugging Face task")
+        attn_implementation: AttnImplementation = attn_implementation_field(
+            "eager", "Hugging Face input only", " onnxruntime's attention fusion needs 'eager'."
         )
         outputs: tuple[str, ...] | None = Field(
             default=None,
@@ -131,7 +128,7 @@ class TorchExport(OnnxPass):
             "parity": None,
         }
         if config.check_parity:
-            details["parity"] = parity.check(path, outputs, cases, config.parity_tolerance)
+            details["parity"] = parity.check(path, outputs, cases, config.parity_tolerance, check_providers(ctx))
         else:
             notes.append("parity with torch not checked (check_parity: false)")
         attrs = {**source.attrs, "inputs": inputs, "outputs": outputs}

@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, PositiveInt, field_validator
 
-from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.graph_tools import op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import OnnxPass, save_onnx
+from passes.common.pass_io import onnx_output, require
 
 _ATTENTION_OPS = ("Attention", "MultiHeadAttention")
 
@@ -87,18 +89,14 @@ class OnnxSimplify(OnnxPass):
         # the pass runs (the engine imports pass modules when it validates a workflow)
         import onnx
 
-        try:
-            import onnxslim
-            from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
-        except ImportError as error:
-            raise MissingDependency("onnxslim", "the onnx_simplify pass") from error
-        from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+        onnxslim, registry = require("onnxslim", self.name, "onnxslim", "onnxslim.core.pattern.registry")
+        from passes.quantize.onnx_facts import initializer_bytes
 
         cfg = self.config
-        unknown = [name for name in cfg.skip_fusion_patterns if name not in DEFAULT_FUSION_PATTERNS]
+        unknown = [name for name in cfg.skip_fusion_patterns if name not in registry.DEFAULT_FUSION_PATTERNS]
         if unknown:
             raise ValueError(
-                f"skip_fusion_patterns: onnxslim has no pattern {', '.join(unknown)}; known: {', '.join(DEFAULT_FUSION_PATTERNS)}"
+                f"skip_fusion_patterns: onnxslim has no pattern {', '.join(unknown)}; known: {', '.join(registry.DEFAULT_FUSION_PATTERNS)}"
             )
         skipped = [
             name
@@ -113,8 +111,11 @@ class OnnxSimplify(OnnxPass):
         ]
 
         source = onnx.load(str(model.model_file))  # external data is read in too
-        counts_in = qualified_op_counts(source)
-        bytes_in = initializer_bytes(source)
+        before = {
+            "counts": qualified_op_counts(source),
+            "initializer_bytes": initializer_bytes(source),
+            "initializers": len(source.graph.initializer),
+        }
         # onnxslim gives its logger a stderr handler unless it has one: give it a silent one (its
         # records still reach the root logger, where quiet_library collects them)
         slim_logger = logging.getLogger("onnxslim")
@@ -135,7 +136,24 @@ class OnnxSimplify(OnnxPass):
             raise ValueError("onnxslim returned no model")
 
         out_file = save_onnx(output, Path(ctx.output_dir))
-        counts_out = qualified_op_counts(output)
+        details, notes = self._details(model, before, output, out_file, skipped, messages, seconds)
+        ctx.logger.debug("onnx_simplify %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
+        return onnx_output(model, ctx, details, notes)
+
+    def _details(
+        self,
+        model: ModelArtifact,
+        before: dict[str, Any],
+        output: Any,
+        out_file: Path,
+        skipped: list[str],
+        messages: list[str],
+        seconds: float,
+    ) -> tuple[dict[str, Any], list[str]]:
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+
+        cfg = self.config
+        counts_in, counts_out = before["counts"], qualified_op_counts(output)
         notes = []
         if counts_in.get("Softmax") and counts_in.get("MatMul") and not any(counts_in.get(op) for op in _ATTENTION_OPS):
             notes.append(
@@ -151,14 +169,13 @@ class OnnxSimplify(OnnxPass):
             "op_counts_before": counts_in,
             "op_counts_after": counts_out,
             "op_delta": op_delta(counts_in, counts_out),
-            "initializers_before": len(source.graph.initializer),
+            "initializers_before": before["initializers"],
             "initializers_after": len(output.graph.initializer),
-            "initializer_bytes_before": bytes_in,
+            "initializer_bytes_before": before["initializer_bytes"],
             "initializer_bytes_after": initializer_bytes(output),
             "size_bytes_before": file_bytes(model.model_file),
             "size_bytes_after": file_bytes(out_file),
             "library_warnings": messages,
             "seconds": seconds,
         }
-        ctx.logger.debug("onnx_simplify %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
-        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+        return details, notes

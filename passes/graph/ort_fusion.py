@@ -33,10 +33,11 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from engine.core.refs import InputModelField
-from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, runtime_loadable
+from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import OnnxPass, save_onnx
+from passes.common.pass_io import onnx_output, open_onnx_input, require
 
 #: onnxruntime 1.31's optimizer.MODEL_TYPES (checked against the installed library at run time)
 ModelType = Literal[
@@ -136,41 +137,20 @@ class OrtFusion(OnnxPass):
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # onnx and onnxruntime.transformers (which imports torch at opt_level >= 1) take seconds to
         # import: load them only when the pass runs (the engine imports pass modules to validate)
-        import onnx
-
-        try:
-            import onnxruntime
-            from onnxruntime.transformers import optimizer
-            from onnxruntime.transformers.fusion_options import FusionOptions
-        except ImportError as error:
-            raise MissingDependency("onnxruntime", "the ort_fusion pass") from error
-        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, prune_unused_opsets
+        optimizer, fusion = require(
+            "onnxruntime", self.name, "onnxruntime.transformers.optimizer", "onnxruntime.transformers.fusion_options"
+        )
+        from passes.quantize.onnx_facts import prune_unused_opsets
 
         cfg = self.config
-        if cfg.model_type not in optimizer.MODEL_TYPES:
-            raise ValueError(
-                f"the installed onnxruntime has no optimizer for model_type {cfg.model_type}; it has {', '.join(optimizer.MODEL_TYPES)}"
-            )
-        opt_level = cfg.opt_level if cfg.opt_level is not None else int(optimizer.MODEL_TYPES[cfg.model_type][2])
-        if cfg.only_onnxruntime and opt_level == 0:
-            raise ValueError(f"only_onnxruntime needs opt_level 1 or 2; the default for {cfg.model_type} is 0")
-        if cfg.use_gpu and opt_level >= 1:
-            gpu = {"CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider"}
-            if not gpu & set(onnxruntime.get_available_providers()):
-                raise ValueError(
-                    "use_gpu needs an onnxruntime build with a GPU execution provider; this one has only "
-                    + ", ".join(onnxruntime.get_available_providers())
-                )
+        opt_level = self._opt_level(optimizer)
         num_heads, hidden_size, source_of_sizes = self._sizes(ctx)
-
-        workdir = Path(ctx.workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        source = runtime_loadable(model.model_file, workdir)
-        before = onnx.load(str(source), load_external_data=False)
+        given = open_onnx_input(model, ctx)
+        source, before = given.source, given.graph
         counts_in = qualified_op_counts(before)
 
         started = time.perf_counter()
-        fusion_options = self._fusion_options(FusionOptions)
+        fusion_options = self._fusion_options(fusion.FusionOptions)
         with quiet_library() as messages:
             fused = optimizer.optimize_model(
                 str(source),
@@ -191,9 +171,69 @@ class OrtFusion(OnnxPass):
         named = name_unnamed_nodes(output)  # ... and unnamed Cast nodes (later passes address nodes by name)
         out_file = save_onnx(output, Path(ctx.output_dir))
         counts_out = qualified_op_counts(output)
-
-        notes: list[str] = []
         attention = self._attention_outcome(counts_in, counts_out, messages)
+        notes = self._notes(attention, counts_out)
+        details: dict[str, Any] = {
+            "model_type": cfg.model_type,
+            "num_heads": num_heads,
+            "hidden_size": hidden_size,
+            "sizes_from": source_of_sizes,
+            "opt_level": opt_level,
+            "use_gpu": cfg.use_gpu,
+            "only_onnxruntime": cfg.only_onnxruntime,
+            "attention_mask_format": {v: k for k, v in _MASK_FORMATS.items()}.get(int(fusion_options.attention_mask_format)),
+            # get_fused_operator_statistics() of the output, non-zero entries: counts of the op types the
+            # optimizer fuses into, present in the output (LayerNormalization includes the export's own)
+            "fused_operators": {op: n for op, n in sorted(statistics.items()) if n},
+            "attention": attention,
+            **self._graph_facts(before, output, out_file, counts_in, counts_out),
+            "dropped_opset_domains": dropped,
+            "nodes_named": named,
+            "library_warnings": messages,
+            "seconds": seconds,
+        }
+        ctx.logger.debug("ort_fusion %s: fused %s", ctx.step_id, details["fused_operators"])
+        return onnx_output(model, ctx, details, notes)
+
+    def _opt_level(self, optimizer: Any) -> int:
+        """The optimizer level to run at, after checking the config against the installed onnxruntime."""
+        import onnxruntime
+
+        cfg = self.config
+        if cfg.model_type not in optimizer.MODEL_TYPES:
+            raise ValueError(
+                f"the installed onnxruntime has no optimizer for model_type {cfg.model_type}; it has {', '.join(optimizer.MODEL_TYPES)}"
+            )
+        opt_level = cfg.opt_level if cfg.opt_level is not None else int(optimizer.MODEL_TYPES[cfg.model_type][2])
+        if cfg.only_onnxruntime and opt_level == 0:
+            raise ValueError(f"only_onnxruntime needs opt_level 1 or 2; the default for {cfg.model_type} is 0")
+        if cfg.use_gpu and opt_level >= 1:
+            gpu = {"CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider"}
+            if not gpu & set(onnxruntime.get_available_providers()):
+                raise ValueError(
+                    "use_gpu needs an onnxruntime build with a GPU execution provider; this one has only "
+                    + ", ".join(onnxruntime.get_available_providers())
+                )
+        return opt_level
+
+    @staticmethod
+    def _graph_facts(before: Any, output: Any, out_file: Path, counts_in: dict[str, int], counts_out: dict[str, int]) -> dict[str, Any]:
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+
+        return {
+            "nodes_before": sum(counts_in.values()),
+            "nodes_after": sum(counts_out.values()),
+            "op_counts_before": counts_in,
+            "op_counts_after": counts_out,
+            "op_delta": op_delta(counts_in, counts_out),
+            "initializer_bytes_before": initializer_bytes(before),
+            "initializer_bytes_after": initializer_bytes(output),
+            "size_bytes_after": file_bytes(out_file),
+        }
+
+    def _notes(self, attention: dict[str, Any], counts_out: dict[str, int]) -> list[str]:
+        cfg = self.config
+        notes: list[str] = []
         if attention["unfused"]:
             reason = (
                 f"attention was NOT fused: the output still has {attention['softmax_after']} Softmax of MatMul + Softmax attention "
@@ -210,35 +250,7 @@ class OrtFusion(OnnxPass):
             notes.append(
                 f"the fused model contains onnxruntime contrib ops ({', '.join(c.split(':', 1)[1] for c in contrib)}): it runs on onnxruntime only"
             )
-
-        details: dict[str, Any] = {
-            "model_type": cfg.model_type,
-            "num_heads": num_heads,
-            "hidden_size": hidden_size,
-            "sizes_from": source_of_sizes,
-            "opt_level": opt_level,
-            "use_gpu": cfg.use_gpu,
-            "only_onnxruntime": cfg.only_onnxruntime,
-            "attention_mask_format": {v: k for k, v in _MASK_FORMATS.items()}.get(int(fusion_options.attention_mask_format)),
-            # get_fused_operator_statistics() of the output, non-zero entries: counts of the op types the
-            # optimizer fuses into, present in the output (LayerNormalization includes the export's own)
-            "fused_operators": {op: n for op, n in sorted(statistics.items()) if n},
-            "attention": attention,
-            "nodes_before": sum(counts_in.values()),
-            "nodes_after": sum(counts_out.values()),
-            "op_counts_before": counts_in,
-            "op_counts_after": counts_out,
-            "op_delta": op_delta(counts_in, counts_out),
-            "initializer_bytes_before": initializer_bytes(before),
-            "initializer_bytes_after": initializer_bytes(output),
-            "size_bytes_after": file_bytes(out_file),
-            "dropped_opset_domains": dropped,
-            "nodes_named": named,
-            "library_warnings": messages,
-            "seconds": seconds,
-        }
-        ctx.logger.debug("ort_fusion %s: fused %s", ctx.step_id, details["fused_operators"])
-        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+        return notes
 
     def _sizes(self, ctx: PassContext) -> tuple[int, int, str]:
         """(num_heads, hidden_size, where they came from)."""

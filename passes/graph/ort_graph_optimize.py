@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
-from passes.common.graph_tools import contrib_ops, op_delta, qualified_op_counts, quiet_library, runtime_loadable
+from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.graph_tools import contrib_ops, op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
+from passes.common.pass_io import check_providers, onnx_output, open_onnx_input, require
 
 #: the file onnxruntime writes the optimized model to, inside the step's workdir
 _OPTIMIZED_FILE = "optimized.onnx"
@@ -71,53 +72,57 @@ class OrtGraphOptimize(OnnxPass):
     config: Config
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
-        # onnx and onnxruntime take a second to import: load them only when the pass runs (the
-        # engine imports pass modules when it validates a workflow)
-        import onnx
-
-        try:
-            import onnxruntime
-        except ImportError as error:
-            raise MissingDependency("onnxruntime", "the ort_graph_optimize pass") from error
-        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, prune_unused_opsets
+        (onnxruntime,) = require("onnxruntime", self.name, "onnxruntime")
+        from passes.quantize.onnx_facts import file_bytes, prune_unused_opsets
 
         cfg = self.config
-        workdir = Path(ctx.workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        source = runtime_loadable(model.model_file, workdir)
-        before = onnx.load(str(source), load_external_data=False)
-        large = file_bytes(source) > EXTERNAL_DATA_THRESHOLD
-
+        given = open_onnx_input(model, ctx)
+        workdir, before = given.workdir, given.graph
         optimized = workdir / _OPTIMIZED_FILE
         optimized.unlink(missing_ok=True)
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = {
-            "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        }[cfg.level]
-        options.optimized_model_filepath = str(optimized)
-        options.log_severity_level = 3  # errors only: onnxruntime's native log goes straight to stderr
-        if large:
-            # protobuf cannot hold > 2 GiB: onnxruntime writes the weights next to the model
-            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", _OPTIMIZED_DATA)
-            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        options = self._session_options(onnxruntime, optimized, large=file_bytes(given.source) > EXTERNAL_DATA_THRESHOLD)
 
         started = time.perf_counter()
         with quiet_library() as messages:
             onnxruntime.InferenceSession(
-                str(source), options, providers=["CPUExecutionProvider"], disabled_optimizers=cfg.disabled_optimizers or None
+                str(given.source), options, providers=check_providers(ctx), disabled_optimizers=cfg.disabled_optimizers or None
             )
         seconds = round(time.perf_counter() - started, 3)
         if not optimized.exists():
             raise ValueError(f"onnxruntime wrote no optimized model to {optimized.name}")
+
+        import onnx
 
         output = onnx.load(str(optimized))  # external data, if any, is read in from the workdir
         dropped = prune_unused_opsets(output)  # onnxruntime imports every domain it knows
         out_file = save_onnx(output, Path(ctx.output_dir))
         optimized.unlink()
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
+        details, notes = self._details(model, before, output, out_file, dropped, messages, seconds)
+        ctx.logger.debug("ort_graph_optimize %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
+        return onnx_output(model, ctx, details, notes)
 
+    def _session_options(self, onnxruntime: Any, optimized: Path, large: bool) -> Any:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = {
+            "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        }[self.config.level]
+        options.optimized_model_filepath = str(optimized)
+        options.log_severity_level = 3  # errors only: onnxruntime's native log goes straight to stderr
+        if large:
+            # protobuf cannot hold > 2 GiB: onnxruntime writes the weights next to the model
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", _OPTIMIZED_DATA)
+            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        return options
+
+    def _details(
+        self, model: ModelArtifact, before: Any, output: Any, out_file: Path, dropped: list[str], messages: list[str], seconds: float
+    ) -> tuple[dict[str, Any], list[str]]:
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+
+        cfg = self.config
         counts_in, counts_out = qualified_op_counts(before), qualified_op_counts(output)
         contrib = contrib_ops(counts_out)
         notes = []
@@ -144,5 +149,4 @@ class OrtGraphOptimize(OnnxPass):
             "library_warnings": messages,
             "seconds": seconds,
         }
-        ctx.logger.debug("ort_graph_optimize %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
-        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+        return details, notes

@@ -63,12 +63,13 @@ def ir_runner(xml: Path) -> tuple[Runner, list[TensorSpec], list[TensorSpec]]:
     return run, specs(compiled.inputs, "input"), specs(compiled.outputs, "output")
 
 
-def onnx_runner(path: Path, output_names: list[str]) -> Runner:
+def onnx_runner(path: Path, output_names: list[str], providers: list[str] | None = None) -> Runner:
+    """Run ``path`` in onnxruntime with ``providers`` (default CPU)."""
     import onnxruntime  # heavy: only ONNX parity needs it
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: a pass never prints
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
     wanted = [i.name for i in session.get_inputs()]
 
     def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

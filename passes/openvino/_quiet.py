@@ -15,21 +15,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from passes.common.library_logs import LibraryMessage, LogCollector, cap
 from targets.openvino import decline_telemetry
 
 __all__ = ["LibraryMessage", "LibraryOutput", "decline_telemetry", "library_output"]
-
-
-@dataclass(frozen=True)
-class LibraryMessage:
-    source: str  # the logger's name, or "warnings" / "stdout"
-    level: str
-    message: str
 
 
 @dataclass
@@ -42,27 +35,10 @@ class LibraryOutput:
         for m in self.messages:
             if logging.getLevelName(m.level) >= min_level:
                 seen.setdefault(f"{m.level}: {m.message.splitlines()[0][:300] if m.message else ''}", None)
-        texts = list(seen)
-        return [*texts[:limit], f"... and {len(texts) - limit} more"] if len(texts) > limit else texts
+        return cap(list(seen), limit)
 
     def texts(self, source: str) -> list[str]:
         return [m.message for m in self.messages if m.source == source]
-
-
-class _Collector(logging.Handler):
-    def __init__(self, output: LibraryOutput) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.output = output
-        self.thread = threading.get_ident()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.thread != self.thread:
-            return
-        try:
-            text = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed library log call must not fail the pass
-            text = str(record.msg)
-        self.output.messages.append(LibraryMessage(record.name, record.levelname, text.strip()))
 
 
 @contextlib.contextmanager
@@ -73,7 +49,8 @@ def library_output(nncf_level: int = logging.INFO) -> Iterator[LibraryOutput]:
     output = LibraryOutput()
     nncf_logger = logging.getLogger("nncf")
     saved_handlers, saved_level = list(nncf_logger.handlers), nncf_logger.level
-    collector = _Collector(output)
+    collector = LogCollector(logging.DEBUG)
+    collector.messages = output.messages
     nncf_logger.handlers = [collector]
     nncf_logger.setLevel(nncf_level)
     printed = io.StringIO()

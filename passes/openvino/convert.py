@@ -18,12 +18,13 @@ it validates a workflow, only to read ``Config``, and that must stay fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
-from engine.core.refs import InputTask
+from passes.common.pass_io import check_providers
+from passes.export.hf_options import AttnImplementation, Task, attn_implementation_field, task_field
 from passes.openvino._base import PRECISION_HINT_DESCRIPTION, OpenVinoPass, PrecisionHint
 
 if TYPE_CHECKING:
@@ -55,13 +56,8 @@ class OpenVinoConvert(OpenVinoPass):
             description="Fixed input shapes, input name -> dims, e.g. {input_ids: [1, 128]}; -1 keeps a dim dynamic. "
             "Inputs not named keep the source's dims (dynamic where the source's are).",
         )
-        task: InputTask[Literal["feature-extraction", "text-classification"]] = Field(
-            default="feature-extraction",
-            description="Hugging Face input only: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
-        )
-        attn_implementation: Literal["eager", "sdpa"] = Field(
-            default="sdpa", description="Hugging Face input only: the attention implementation the model is traced with."
-        )
+        task: Task = task_field("Hugging Face input only")
+        attn_implementation: AttnImplementation = attn_implementation_field("sdpa", "Hugging Face input only")
         outputs: tuple[str, ...] | None = Field(
             default=None,
             min_length=1,
@@ -92,7 +88,7 @@ class OpenVinoConvert(OpenVinoPass):
         from passes.openvino._quiet import decline_telemetry, library_output
 
         decline_telemetry()
-        from passes.openvino import _ir, _parity
+        from passes.openvino import _ir
 
         cfg = self.config
         notes: list[str] = []
@@ -112,20 +108,7 @@ class OpenVinoConvert(OpenVinoPass):
             checked = _ir.save_ir(ov_model, Path(ctx.workdir) / "fp32", None) if cfg.compress_to_fp16 and cfg.check_parity else None
             xml = _ir.save_ir(ov_model, Path(ctx.output_dir), cfg.inference_precision_hint, cfg.compress_to_fp16)
 
-            parity = None
-            if cfg.check_parity:
-                runner, against = self._reference(model, source, ov_model)
-                parity = _parity.check(runner, against, checked or xml, cfg.parity_tolerance, cfg.parity_int_high)
-                if checked is not None:
-                    parity["fp16_weights_max_abs_diff"] = _parity.check(runner, against, xml, float("inf"), cfg.parity_int_high)[
-                        "max_abs_diff"
-                    ]
-                    notes.append(
-                        f"weights stored in FP16: outputs differ from the source by up to {parity['fp16_weights_max_abs_diff']:.3g} "
-                        "(not held to parity_tolerance, which checked the conversion with FP32 weights)"
-                    )
-            else:
-                notes.append("parity with the source not checked (check_parity: false)")
+            parity = self._parity(model, ctx, source, ov_model, xml, checked, notes)
 
         written = _ir.read_ir(xml)
         inputs = [port["name"] for port in _ir.describe_io(written.inputs, "input")]
@@ -147,6 +130,34 @@ class OpenVinoConvert(OpenVinoPass):
         }
         attrs = {**model.attrs, **(source.attrs if source else {}), "inputs": inputs, "outputs": outputs}
         return PassResult(model=ModelArtifact.from_folder("openvino", Path(ctx.output_dir), attrs=attrs), details=details, notes=notes)
+
+    def _parity(
+        self,
+        model: ModelArtifact,
+        ctx: PassContext,
+        source: ExportSource | None,
+        ov_model: ov.Model,
+        xml: Path,
+        checked: Path | None,
+        notes: list[str],
+    ) -> dict[str, Any] | None:
+        """The written IR compared with its source (``checked``: its FP32-weights copy, when the
+        IR's weights are FP16); None when parity is not checked."""
+        from passes.openvino import _parity
+
+        cfg = self.config
+        if not cfg.check_parity:
+            notes.append("parity with the source not checked (check_parity: false)")
+            return None
+        runner, against = self._reference(model, ctx, source, ov_model)
+        parity = _parity.check(runner, against, checked or xml, cfg.parity_tolerance, cfg.parity_int_high)
+        if checked is not None:
+            parity["fp16_weights_max_abs_diff"] = _parity.check(runner, against, xml, float("inf"), cfg.parity_int_high)["max_abs_diff"]
+            notes.append(
+                f"weights stored in FP16: outputs differ from the source by up to {parity['fp16_weights_max_abs_diff']:.3g} "
+                "(not held to parity_tolerance, which checked the conversion with FP32 weights)"
+            )
+        return parity
 
     def _reject_torch_options(self, fmt: str) -> None:
         if self.config.outputs is not None:
@@ -211,13 +222,13 @@ class OpenVinoConvert(OpenVinoPass):
             raise ValueError(f"OpenVINO could not reshape the model to {shapes}: {str(error).strip().splitlines()[-1]}") from error
         return dict(shapes)
 
-    def _reference(self, model: ModelArtifact, source: ExportSource | None, ov_model: ov.Model) -> tuple[Any, str]:
+    def _reference(self, model: ModelArtifact, ctx: PassContext, source: ExportSource | None, ov_model: ov.Model) -> tuple[Any, str]:
         from passes.openvino import _parity
 
         if source is not None:
             return _parity.torch_runner(source.module, source.input_names), "torch"
         if model.format == "onnx":
             outputs = [spec.name for spec in _parity.specs(ov_model.outputs, "output")]
-            return _parity.onnx_runner(model.model_file, outputs), "onnxruntime"
+            return _parity.onnx_runner(model.model_file, outputs, check_providers(ctx)), "onnxruntime"
         runner, _, _ = _parity.ir_runner(model.model_file)
         return runner, "the input IR"

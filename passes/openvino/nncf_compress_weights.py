@@ -81,37 +81,13 @@ class NncfCompressWeights(OpenVinoPass):
 
         decline_telemetry()
         import nncf
-        from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
         from passes.openvino import _nncf
 
         cfg = self.config
         notes: list[str] = []
-        int4 = cfg.mode.startswith("INT4")
         source = _nncf.read(model)
-        options: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, cfg.mode)}
-        if int4:
-            options["group_size"] = cfg.group_size or INT4_GROUP_SIZE
-            options["ratio"] = cfg.ratio if cfg.ratio is not None else 1.0
-            options["all_layers"] = cfg.all_layers
-            options["backup_mode"] = getattr(nncf.BackupMode, cfg.backup_mode) if cfg.backup_mode else None
-            options["advanced_parameters"] = AdvancedCompressionParameters(
-                group_size_fallback_mode=getattr(GroupSizeFallbackMode, cfg.group_size_fallback.upper())
-            )
-            if cfg.dataset is not None:
-                items = _nncf.calibration_items(ctx, cfg.dataset, source.model)
-                options["dataset"] = nncf.Dataset(items)
-                options["subset_size"] = _nncf.subset(cfg.subset_size, len(items), notes)
-                options["awq"], options["scale_estimation"] = cfg.awq or None, cfg.scale_estimation or None
-            elif cfg.awq or cfg.scale_estimation:
-                raise ValueError("awq and scale_estimation need a dataset: set the option dataset")
-        else:
-            ignored = [name for name in ("group_size", "ratio", "backup_mode", "all_layers", "dataset") if getattr(cfg, name) is not None]
-            ignored += [name for name in ("awq", "scale_estimation") if getattr(cfg, name)]
-            if ignored:
-                notes.append(f"{cfg.mode} compresses every layer per output channel without data: ignored {', '.join(ignored)}")
-        if not cfg.ignored_scope.is_empty():
-            options["ignored_scope"] = cfg.ignored_scope.to_nncf()
+        options = self._options(ctx, source, notes)
 
         started = time.perf_counter()
         with library_output() as output:
@@ -141,3 +117,37 @@ class NncfCompressWeights(OpenVinoPass):
         return PassResult(
             model=ModelArtifact.from_folder("openvino", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes
         )
+
+    def _options(self, ctx: PassContext, source: Any, notes: list[str]) -> dict[str, Any]:
+        """The arguments of ``nncf.compress_weights`` (None: not given)."""
+        import nncf
+        from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
+
+        from passes.openvino import _nncf
+
+        cfg = self.config
+        int4 = cfg.mode.startswith("INT4")
+        options: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, cfg.mode)}
+        if int4:
+            options["group_size"] = cfg.group_size or INT4_GROUP_SIZE
+            options["ratio"] = cfg.ratio if cfg.ratio is not None else 1.0
+            options["all_layers"] = cfg.all_layers
+            options["backup_mode"] = getattr(nncf.BackupMode, cfg.backup_mode) if cfg.backup_mode else None
+            options["advanced_parameters"] = AdvancedCompressionParameters(
+                group_size_fallback_mode=getattr(GroupSizeFallbackMode, cfg.group_size_fallback.upper())
+            )
+            if cfg.dataset is not None:
+                items = _nncf.calibration_items(ctx, cfg.dataset, source.model)
+                options["dataset"] = nncf.Dataset(items)
+                options["subset_size"] = _nncf.subset(cfg.subset_size, len(items), notes)
+                options["awq"], options["scale_estimation"] = cfg.awq or None, cfg.scale_estimation or None
+            elif cfg.awq or cfg.scale_estimation:
+                raise ValueError("awq and scale_estimation need a dataset: set the option dataset")
+        else:
+            ignored = [name for name in ("group_size", "ratio", "backup_mode", "all_layers", "dataset") if getattr(cfg, name) is not None]
+            ignored += [name for name in ("awq", "scale_estimation") if getattr(cfg, name)]
+            if ignored:
+                notes.append(f"{cfg.mode} compresses every layer per output channel without data: ignored {', '.join(ignored)}")
+        if not cfg.ignored_scope.is_empty():
+            options["ignored_scope"] = cfg.ignored_scope.to_nncf()
+        return options

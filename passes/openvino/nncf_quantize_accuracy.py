@@ -73,10 +73,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
         from passes.openvino._quiet import decline_telemetry, library_output
 
         decline_telemetry()
-        import nncf
-        from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
-
-        from passes.openvino import _accuracy, _ir, _nncf
+        from passes.openvino import _accuracy, _nncf
 
         cfg = self.config
         if ctx.measure is None:
@@ -90,28 +87,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
         )
         started = time.perf_counter()
         with library_output() as output, _accuracy.candidates_as_models():
-            try:
-                quantized = nncf.quantize_with_accuracy_control(
-                    source.model,
-                    nncf.Dataset(items),
-                    nncf.Dataset(items[: cfg.validation_samples]),
-                    validator,
-                    max_drop=cfg.max_drop,
-                    drop_type=nncf.DropType.ABSOLUTE if cfg.drop_type == "absolute" else nncf.DropType.RELATIVE,
-                    preset=_nncf.preset(cfg.preset),
-                    target_device=_nncf.target_device(cfg.target_device),
-                    subset_size=subset_size,
-                    fast_bias_correction=cfg.fast_bias_correction,
-                    model_type=_nncf.model_type(cfg.model_type),
-                    ignored_scope=None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
-                    advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
-                        max_num_iterations=cfg.max_num_iterations, num_ranking_workers=1
-                    ),
-                )
-            except Exception as error:
-                if validator.error is not None and validator.error is not error:
-                    raise validator.error from error
-                raise
+            quantized = self._quantize(source, items, validator, subset_size)
         if validator.error is not None:
             raise validator.error  # NNCF swallowed it (and fell back to a mode this pass does not run)
         seconds = round(time.perf_counter() - started, 3)
@@ -119,7 +95,54 @@ class NncfQuantizeAccuracy(OpenVinoPass):
         _nncf.write(quantized, ctx, source.hint)
         output_model = ModelArtifact.from_folder("openvino", Path(ctx.output_dir), attrs=model.attrs)
         final = validator.measure_value(output_model)  # the written model, INT8 weights and all
+        details = self._details(source, quantized, validator, final, output, notes)
+        details.update(
+            {
+                "preset": cfg.preset,
+                "model_type": cfg.model_type,
+                "subset_size": subset_size,
+                "calibration_samples": len(items),
+                "inference_precision_hint": source.hint,
+                "library_warnings": output.lines(),
+                "seconds": seconds,
+            }
+        )
+        return PassResult(model=output_model, details=details, notes=notes)
 
+    def _quantize(self, source: Any, items: list[Any], validator: Any, subset_size: int) -> Any:
+        import nncf
+        from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
+
+        from passes.openvino import _nncf
+
+        cfg = self.config
+        try:
+            return nncf.quantize_with_accuracy_control(
+                source.model,
+                nncf.Dataset(items),
+                nncf.Dataset(items[: cfg.validation_samples]),
+                validator,
+                max_drop=cfg.max_drop,
+                drop_type=nncf.DropType.ABSOLUTE if cfg.drop_type == "absolute" else nncf.DropType.RELATIVE,
+                preset=_nncf.preset(cfg.preset),
+                target_device=_nncf.target_device(cfg.target_device),
+                subset_size=subset_size,
+                fast_bias_correction=cfg.fast_bias_correction,
+                model_type=_nncf.model_type(cfg.model_type),
+                ignored_scope=None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
+                advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                    max_num_iterations=cfg.max_num_iterations, num_ranking_workers=1
+                ),
+            )
+        except Exception as error:
+            if validator.error is not None and validator.error is not error:
+                raise validator.error from error
+            raise
+
+    def _details(self, source: Any, quantized: Any, validator: Any, final: float, output: Any, notes: list[str]) -> dict[str, Any]:
+        from passes.openvino import _accuracy, _ir, _nncf
+
+        cfg = self.config
         measured = validator.measured
         first_quantized = measured[1].quantized_ops if len(measured) > 1 else set()
         final_quantized = set(_ir.quantized_op_names(quantized))
@@ -154,12 +177,5 @@ class NncfQuantizeAccuracy(OpenVinoPass):
             "models_measured": len(measured) + 1,
             "validation_calls": validator.calls,
             "nncf_log": report["log"],
-            "preset": cfg.preset,
-            "model_type": cfg.model_type,
-            "subset_size": subset_size,
-            "calibration_samples": len(items),
-            "inference_precision_hint": source.hint,
-            "library_warnings": output.lines(),
-            "seconds": seconds,
         }
-        return PassResult(model=output_model, details=details, notes=notes)
+        return details

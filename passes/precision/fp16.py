@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.graph_tools import add_contrib_opset, op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import OnnxPass, save_onnx
+from passes.common.pass_io import onnx_output, require
 
 _FLOAT, _FLOAT16 = 1, 10  # onnx.TensorProto.FLOAT / FLOAT16, without importing onnx here
 
@@ -92,12 +93,8 @@ class Fp16(OnnxPass):
         # engine imports pass modules when it validates a workflow)
         import onnx
 
-        try:
-            from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
-            from onnxruntime.transformers.onnx_model import OnnxModel
-        except ImportError as error:
-            raise MissingDependency("onnxruntime", "the fp16 pass") from error
-        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, node_names
+        float16, onnx_model = require("onnxruntime", self.name, "onnxruntime.transformers.float16", "onnxruntime.transformers.onnx_model")
+        from passes.quantize.onnx_facts import initializer_bytes, node_names
 
         cfg = self.config
         source = onnx.load(str(model.model_file))
@@ -107,11 +104,11 @@ class Fp16(OnnxPass):
         counts_in = qualified_op_counts(source)
         bytes_in = initializer_bytes(source)
         float_inits_in = sum(1 for t in source.graph.initializer if t.data_type == _FLOAT)
-        op_block_list = list(DEFAULT_OP_BLOCK_LIST) if cfg.op_block_list is None else list(cfg.op_block_list)
+        op_block_list = list(float16.DEFAULT_OP_BLOCK_LIST) if cfg.op_block_list is None else list(cfg.op_block_list)
 
         started = time.perf_counter()
         with quiet_library() as messages:
-            converter = OnnxModel(source)
+            converter = onnx_model.OnnxModel(source)
             converter.convert_float_to_float16(
                 use_symbolic_shape_infer=cfg.symbolic_shape_inference,
                 keep_io_types=cfg.keep_io_types,
@@ -126,7 +123,26 @@ class Fp16(OnnxPass):
         output = converter.model
         add_contrib_opset(output)
         out_file = save_onnx(output, Path(ctx.output_dir))
+        before = {"counts": counts_in, "initializer_bytes": bytes_in, "float32_initializers": float_inits_in}
+        details, notes = self._details(model, source, before, output, out_file, op_block_list, messages, seconds)
+        ctx.logger.debug("fp16 %s: %d -> %d initializer bytes", ctx.step_id, bytes_in, details["initializer_bytes_after"])
+        return onnx_output(model, ctx, details, notes)
 
+    def _details(
+        self,
+        model: ModelArtifact,
+        source: Any,
+        before: dict[str, Any],
+        output: Any,
+        out_file: Path,
+        op_block_list: list[str],
+        messages: list[str],
+        seconds: float,
+    ) -> tuple[dict[str, Any], list[str]]:
+        from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+
+        cfg = self.config
+        counts_in, bytes_in, float_inits_in = before["counts"], before["initializer_bytes"], before["float32_initializers"]
         counts_out = qualified_op_counts(output)
         notes = [
             "FP16 is a GPU pass: on ONNX Runtime's CPU provider it gains nothing (casts are inserted back to float32); "
@@ -156,8 +172,7 @@ class Fp16(OnnxPass):
             "library_warnings": messages,
             "seconds": seconds,
         }
-        ctx.logger.debug("fp16 %s: %d -> %d initializer bytes", ctx.step_id, bytes_in, details["initializer_bytes_after"])
-        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+        return details, notes
 
 
 def _elem_type(value: Any) -> int:

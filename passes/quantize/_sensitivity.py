@@ -150,7 +150,7 @@ def activation_noise(
         modify_model_output_intermediate_tensors,
     )
 
-    from passes.quantize.calibration import DatasetReader
+    from passes.quantize.calibration import BatchReader
 
     augmented = workdir / "sensitivity_augmented.onnx"
     modify_model_output_intermediate_tensors(str(quantized_file), str(augmented))
@@ -161,7 +161,7 @@ def activation_noise(
     ratios: dict[str, _Ratio] = {}
     try:
         for batch in batches:  # one sample at a time: only one sample's activations in memory
-            activations = collect_activations(str(augmented), DatasetReader([batch]), session_options=options)
+            activations = collect_activations(str(augmented), BatchReader([batch]), session_options=options)
             for name, pair in create_activation_matching(activations).items():
                 ratio = ratios.setdefault(name, _Ratio())
                 for pre, post in zip(pair["pre_qdq"], pair["post_qdq"], strict=True):

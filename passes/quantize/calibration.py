@@ -25,7 +25,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,32 +102,27 @@ class CalibrationFeed:
     casts: dict[str, str] = field(default_factory=dict)
 
 
-class DatasetReader:
-    """An onnxruntime ``CalibrationDataReader`` over prepared batches (onnxruntime recognises any
-    object with ``get_next``, so this class needs no onnxruntime import)."""
+class BatchReader:
+    """An onnxruntime ``CalibrationDataReader`` over batches in memory (onnxruntime recognises any
+    object with ``get_next``, so this class needs no onnxruntime import). Iterating it gives the
+    batches ``get_next`` has not given yet, without using them up: the GPTQ code deep-copies the
+    reader and iterates the copy, ``collect_activations`` iterates the reader itself."""
 
     def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
-        self._batches = batches
-        self._next = 0
+        self.batches = batches
+        self.position = 0
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        if self._next >= len(self._batches):
+        if self.position >= len(self.batches):
             return None
-        batch = self._batches[self._next]
-        self._next += 1
-        return batch
+        self.position += 1
+        return self.batches[self.position - 1]
 
-    def __iter__(self) -> DatasetReader:
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        batch = self.get_next()
-        if batch is None:
-            raise StopIteration
-        return batch
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.batches[self.position :])
 
     def __len__(self) -> int:
-        return len(self._batches)
+        return len(self.batches)
 
 
 def model_inputs(model: onnx.ModelProto) -> dict[str, np.dtype]:
@@ -185,9 +180,17 @@ def prepare_feed(dataset: Dataset, name: str, inputs: dict[str, np.dtype], sampl
 
 
 def compute_ranges(
-    model_file: Path, feed: CalibrationFeed, method: str, options: dict[str, Any], op_types: list[str], workdir: Path, large: bool
+    model_file: Path,
+    feed: CalibrationFeed,
+    method: str,
+    options: dict[str, Any],
+    op_types: list[str],
+    workdir: Path,
+    large: bool,
+    providers: list[str] | None = None,
 ) -> TensorsData:
-    """Run onnxruntime's calibrator for ``method`` over the feed; return its ranges."""
+    """Run onnxruntime's calibrator for ``method`` over the feed (with ``providers``, default CPU);
+    return its ranges."""
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorsData, create_calibrator
 
@@ -200,10 +203,10 @@ def compute_ranges(
             augmented_model_path=str(augmented),
             calibrate_method=CalibrationMethod[method],
             use_external_data_format=large,
-            providers=["CPUExecutionProvider"],
+            providers=providers or ["CPUExecutionProvider"],
             extra_options=options,
         )
-        calibrator.collect_data(DatasetReader(feed.batches))
+        calibrator.collect_data(BatchReader(feed.batches))
         ranges = calibrator.compute_data()
     del calibrator
     for path in workdir.glob("augmented_model.onnx*"):

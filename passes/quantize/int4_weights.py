@@ -35,7 +35,6 @@ onnxruntime) and calls ``logging.basicConfig`` at import; both are handled here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,9 +44,10 @@ from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfi
 from engine.core.refs import DatasetRef
 from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, topological_sort
 from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
+from passes.common.pass_io import onnx_output
 
 if TYPE_CHECKING:
-    import numpy as np
+    from passes.quantize.calibration import BatchReader
 
 #: GatherBlockQuantized stores int4 tensors, which the default domain has from opset 21
 _INT4_OPSET = 21
@@ -128,7 +128,7 @@ class Int4Weights(OnnxPass):
         # engine imports pass modules when it validates a workflow)
         import onnx
 
-        from passes.quantize.onnx_facts import file_bytes, initializer_bytes, iter_nodes, node_names
+        from passes.quantize.onnx_facts import initializer_bytes, iter_nodes, node_names
 
         cfg = self.config
         source = onnx.load(str(model.model_file))
@@ -163,6 +163,30 @@ class Int4Weights(OnnxPass):
         counts_out = qualified_op_counts(output)
         quantized = {op: counts_out.get(new, 0) - counts_in.get(new, 0) for op, new in _QUANTIZED.items() if op in cfg.op_types}
         left = {op: sum(1 for n in iter_nodes(output.graph) if n.op_type == op and n.domain in ("", "ai.onnx")) for op in cfg.op_types}
+        notes.extend(self._notes(quantized, candidates, counts_in))
+        details: dict[str, Any] = {
+            "algorithm": cfg.algorithm,
+            "bits": 4,
+            "block_size": cfg.block_size,
+            "is_symmetric": cfg.is_symmetric if cfg.algorithm != "hqq" else False,
+            "accuracy_level": cfg.accuracy_level,
+            "op_types": cfg.op_types,
+            "candidates": candidates,
+            "quantized": quantized,
+            "left_float": left,
+            "nodes_to_exclude": cfg.nodes_to_exclude,
+            "calibration": cfg.calibration,
+            "nodes_named": named,
+            **_size_facts(model, counts_in, counts_out, bytes_in, output, out_file),
+            "library_warnings": messages,
+            "seconds": seconds,
+        }
+        ctx.logger.debug("int4_weights %s: quantized %s", ctx.step_id, quantized)
+        return onnx_output(model, ctx, details, notes)
+
+    def _notes(self, quantized: dict[str, int], candidates: dict[str, int], counts_in: dict[str, int]) -> list[str]:
+        cfg = self.config
+        notes: list[str] = []
         if not any(quantized.values()):
             notes.append(
                 f"nothing was quantized: no {' / '.join(cfg.op_types)} node with a constant 2-D weight "
@@ -177,35 +201,13 @@ class Int4Weights(OnnxPass):
                 f"the weights inside fused ops ({listed}) stay float: the quantizer handles MatMul and Gather nodes only "
                 "(quantizing before ort_fusion would keep attention from fusing)"
             )
-        details: dict[str, Any] = {
-            "algorithm": cfg.algorithm,
-            "bits": 4,
-            "block_size": cfg.block_size,
-            "is_symmetric": cfg.is_symmetric if cfg.algorithm != "hqq" else False,
-            "accuracy_level": cfg.accuracy_level,
-            "op_types": cfg.op_types,
-            "candidates": candidates,
-            "quantized": quantized,
-            "left_float": left,
-            "nodes_to_exclude": cfg.nodes_to_exclude,
-            "calibration": cfg.calibration,
-            "nodes_named": named,
-            "nodes_before": sum(counts_in.values()),
-            "nodes_after": sum(counts_out.values()),
-            "op_delta": op_delta(counts_in, counts_out),
-            "initializer_bytes_before": bytes_in,
-            "initializer_bytes_after": initializer_bytes(output),
-            "size_bytes_before": file_bytes(model.model_file),
-            "size_bytes_after": file_bytes(out_file),
-            "library_warnings": messages,
-            "seconds": seconds,
-        }
-        ctx.logger.debug("int4_weights %s: quantized %s", ctx.step_id, quantized)
-        return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+        return notes
 
-    def _calibration_reader(self, source: Any, ctx: PassContext) -> _Samples:
+    def _calibration_reader(self, source: Any, ctx: PassContext) -> BatchReader:
         cfg = self.config
         assert cfg.calibration is not None  # the config validator ensures it for gptq
+        from passes.quantize.calibration import BatchReader
+
         dataset = ctx.dataset(cfg.calibration)
         initializers = {t.name for t in source.graph.initializer}
         wanted = [v.name for v in source.graph.input if v.name not in initializers]
@@ -217,28 +219,7 @@ class Int4Weights(OnnxPass):
         if len(dataset) == 0:
             raise ValueError(f"calibration dataset '{cfg.calibration}' is empty")
         batches = [{name: batch[name] for name in wanted} for batch in dataset.batches(1, limit=cfg.calibration_samples)]
-        return _Samples(batches)
-
-
-class _Samples:
-    """onnxruntime's CalibrationDataReader protocol (``get_next``) plus iteration, over arrays in
-    memory. The GPTQ code deep-copies the reader and iterates the copy."""
-
-    def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
-        self.batches = batches
-        self.position = 0
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        if self.position >= len(self.batches):
-            return None
-        self.position += 1
-        return self.batches[self.position - 1]
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
+        return BatchReader(batches)
 
 
 def _order_initializers(model: Any, input_order: list[str]) -> None:
@@ -265,7 +246,23 @@ def _candidates(model: Any, op_types: list[str]) -> dict[str, int]:
     return found
 
 
-def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: _Samples | None) -> Any:
+def _size_facts(
+    model: ModelArtifact, counts_in: dict[str, int], counts_out: dict[str, int], bytes_in: int, output: Any, out_file: Path
+) -> dict[str, Any]:
+    from passes.quantize.onnx_facts import file_bytes, initializer_bytes
+
+    return {
+        "nodes_before": sum(counts_in.values()),
+        "nodes_after": sum(counts_out.values()),
+        "op_delta": op_delta(counts_in, counts_out),
+        "initializer_bytes_before": bytes_in,
+        "initializer_bytes_after": initializer_bytes(output),
+        "size_bytes_before": file_bytes(model.model_file),
+        "size_bytes_after": file_bytes(out_file),
+    }
+
+
+def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: BatchReader | None) -> Any:
     """The configured MatMulNBitsQuantizer. Imported here, inside ``quiet_library``: the module
     calls ``logging.basicConfig(level=INFO)`` at import, which is then a no-op."""
     try:

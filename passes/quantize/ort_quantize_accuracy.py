@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from engine.core import Categorical, KilnError, MissingDependency, ModelArtifact, PassContext, PassResult
+from engine.core import Categorical, KilnError, ModelArtifact, PassContext, PassResult
 from engine.core.refs import EvaluationRef
 from passes.common.graph_tools import runtime_loadable
+from passes.common.library_logs import capture_library_logs
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
-from passes.quantize.library_logs import capture_library_logs
+from passes.common.pass_io import require
 from passes.quantize.onnx_facts import file_bytes, iter_nodes
 from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization
 
@@ -142,12 +143,7 @@ class OrtQuantizeAccuracy(OnnxPass):
     config: OrtQuantizeAccuracyConfig
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
-        try:
-            import onnx
-        except ImportError as error:
-            raise MissingDependency("onnx", "the ort_quantize_accuracy pass") from error
-        from passes.quantize import _sensitivity
-
+        (onnx,) = require("onnx", self.name, "onnx")
         cfg = self.config
         if ctx.measure is None:
             raise KilnError(f"step '{ctx.step_id}' needs the engine's measure function to run evaluation '{cfg.validation}'")
@@ -158,79 +154,12 @@ class OrtQuantizeAccuracy(OnnxPass):
         float_model, preprocess_state = self._float_model(model, workdir, notes)
         graph = onnx.load(str(float_model.model_file), load_external_data=False)
         op_of = {node.name: node.op_type for node in iter_nodes(graph.graph) if node.name}
-        datasets = {name: functools.cache(loader) for name, loader in ctx.datasets.items()}
-        cache_dir = Path(ctx.cache_dir) if ctx.cache_dir is not None else workdir / "calibration_cache"
-
-        def quantize(excluded: list[str], output_dir: Path, **override: Any) -> PassResult:
-            shutil.rmtree(output_dir, ignore_errors=True)
-            sub = PassContext(
-                step_id=ctx.step_id,
-                workdir=workdir / "quantize",
-                output_dir=output_dir,
-                datasets=datasets,
-                cache_dir=cache_dir,
-                logger=ctx.logger,
-            )
-            Path(sub.workdir).mkdir(parents=True, exist_ok=True)
-            options = cfg.quantize_options(excluded).model_copy(update=override)
-            return OrtQuantize(options).run(float_model, sub)
-
-        runs: list[_Run] = []
-        ranked: list[_sensitivity.Point] | None = None
-        candidates: list[str] = []
-        op_order: list[tuple[str, float]] = []
-        sensitivity: dict[str, Any] | None = None
-        excluded, op_type = list(cfg.nodes_to_exclude), None
-        stopped = "max_iterations"
-        for iteration in range(cfg.max_iterations):
-            new: list[str] = []
-            if iteration > 0:
-                if ranked is None:
-                    ranked, sensitivity, candidates = self._rank(graph, runs[0], datasets, quantize, workdir)
-                    op_order = _sensitivity.op_type_ranking(ranked, op_of)
-                    sensitivity["op_types"] = dict(op_order)
-                if cfg.fallback == "nodes":
-                    new = _sensitivity.next_nodes(ranked, set(excluded), cfg.nodes_per_step)
-                else:
-                    new, op_type = _next_op_type(op_order, [r.op_type for r in runs], candidates, excluded, op_of)
-                if not new:
-                    stopped = "nothing_left_to_fall_back"
-                    break
-                excluded = excluded + new
-            began = time.perf_counter()
-            result = quantize(excluded, workdir / f"iter_{iteration}")
-            quantized = time.perf_counter()
-            value = self._measure(ctx, result.model)
-            runs.append(
-                _Run(
-                    result,
-                    value,
-                    excluded,
-                    new,
-                    op_type,
-                    {"quantize": round(quantized - began, 3), "measure": round(time.perf_counter() - quantized, 3)},
-                )
-            )
-            ctx.logger.info("%s: iteration %d, %d nodes in float, %s %s", ctx.step_id, iteration, len(excluded), cfg.metric, value)
-            if self._meets(value):
-                stopped = "bar_met"
-                break
-
-        trajectory = [run.summary(i, self._meets(run.value)) for i, run in enumerate(runs)]
+        runs, stopped, sensitivity = self._iterate(ctx, float_model, graph, op_of)
         chosen = min(range(len(runs)), key=lambda i: (self._shortfall(runs[i].value), len(runs[i].excluded), i))
         best = runs[chosen]
         met = self._meets(best.value)
         if not met:
-            steps = "; ".join(
-                f"iteration {t['iteration']}: {t['excluded']} nodes in float, {cfg.metric} {t['metric']:.6g}" for t in trajectory
-            )
-            why = "no node was left to fall back" if stopped == "nothing_left_to_fall_back" else f"max_iterations ({cfg.max_iterations})"
-            if cfg.on_failure == "error":
-                raise KilnError(f"{cfg.validation}.{cfg.metric} never cleared the bar ({self._bar()}) before {why}: {steps}")
-            notes.append(
-                f"{cfg.validation}.{cfg.metric} did not clear the bar ({self._bar()}) before {why}; the output is the best model found: "
-                f"iteration {chosen}, {len(best.excluded)} nodes in float, {cfg.metric} {best.value:.6g}"
-            )
+            notes.append(self._shortfall_note(runs, chosen, stopped))
         shutil.copytree(best.result.model.path, ctx.output_dir, dirs_exist_ok=True)
         output = ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs)
         notes.extend(best.result.notes)
@@ -248,7 +177,7 @@ class OrtQuantizeAccuracy(OnnxPass):
             "excluded_nodes": best.excluded,
             "excluded_count": len(best.excluded),
             "excluded_op_types": dict(sorted(Counter(op_of.get(n, "?") for n in best.excluded).items())),
-            "trajectory": trajectory,
+            "trajectory": self._trajectory(runs),
             "preprocess": preprocess_state,
             "sensitivity": sensitivity,
             "quantization": {key: best.result.details.get(key) for key in _QUANTIZATION_FACTS},
@@ -257,6 +186,89 @@ class OrtQuantizeAccuracy(OnnxPass):
         if cfg.fallback == "op_types":
             details["fallen_op_types"] = [r.op_type for r in runs[1 : chosen + 1]]
         return PassResult(model=output, details=details, notes=notes)
+
+    def _iterate(
+        self, ctx: PassContext, float_model: ModelArtifact, graph: onnx.ModelProto, op_of: dict[str, str]
+    ) -> tuple[list[_Run], str, dict[str, Any] | None]:
+        """Quantize, measure, fall nodes back, until the bar is met or nothing is left to try:
+        every run, why the loop stopped, and the sensitivity ranking's details (None: no ranking)."""
+        from passes.quantize import _sensitivity
+
+        cfg = self.config
+        workdir = Path(ctx.workdir)
+        datasets = {name: functools.cache(loader) for name, loader in ctx.datasets.items()}
+        quantize = self._quantizer(ctx, float_model, datasets)
+        runs: list[_Run] = []
+        ranked: list[_sensitivity.Point] | None = None
+        candidates: list[str] = []
+        op_order: list[tuple[str, float]] = []
+        sensitivity: dict[str, Any] | None = None
+        excluded, op_type = list(cfg.nodes_to_exclude), None
+        for iteration in range(cfg.max_iterations):
+            new: list[str] = []
+            if iteration > 0:
+                if ranked is None:
+                    ranked, sensitivity, candidates = self._rank(graph, runs[0], datasets, quantize, workdir)
+                    op_order = _sensitivity.op_type_ranking(ranked, op_of)
+                    sensitivity["op_types"] = dict(op_order)
+                if cfg.fallback == "nodes":
+                    new = _sensitivity.next_nodes(ranked, set(excluded), cfg.nodes_per_step)
+                else:
+                    new, op_type = _next_op_type(op_order, [r.op_type for r in runs], candidates, excluded, op_of)
+                if not new:
+                    return runs, "nothing_left_to_fall_back", sensitivity
+                excluded = excluded + new
+            began = time.perf_counter()
+            result = quantize(excluded, workdir / f"iter_{iteration}")
+            quantized = time.perf_counter()
+            value = self._measure(ctx, result.model)
+            seconds = {"quantize": round(quantized - began, 3), "measure": round(time.perf_counter() - quantized, 3)}
+            runs.append(_Run(result, value, excluded, new, op_type, seconds))
+            ctx.logger.info("%s: iteration %d, %d nodes in float, %s %s", ctx.step_id, iteration, len(excluded), cfg.metric, value)
+            if self._meets(value):
+                return runs, "bar_met", sensitivity
+        return runs, "max_iterations", sensitivity
+
+    def _quantizer(self, ctx: PassContext, float_model: ModelArtifact, datasets: dict[str, Any]) -> Any:
+        """``quantize(excluded, output_dir, **override)``: ort_quantize of the float model with
+        ``excluded`` nodes left in float (``override``: config changes)."""
+        cfg = self.config
+        workdir = Path(ctx.workdir)
+        cache_dir = Path(ctx.cache_dir) if ctx.cache_dir is not None else workdir / "calibration_cache"
+
+        def quantize(excluded: list[str], output_dir: Path, **override: Any) -> PassResult:
+            shutil.rmtree(output_dir, ignore_errors=True)
+            sub = PassContext(
+                step_id=ctx.step_id,
+                workdir=workdir / "quantize",
+                output_dir=output_dir,
+                datasets=datasets,
+                cache_dir=cache_dir,
+                logger=ctx.logger,
+            )
+            Path(sub.workdir).mkdir(parents=True, exist_ok=True)
+            options = cfg.quantize_options(excluded).model_copy(update=override)
+            return OrtQuantize(options).run(float_model, sub)
+
+        return quantize
+
+    def _trajectory(self, runs: list[_Run]) -> list[dict[str, Any]]:
+        return [run.summary(i, self._meets(run.value)) for i, run in enumerate(runs)]
+
+    def _shortfall_note(self, runs: list[_Run], chosen: int, stopped: str) -> str:
+        """The note for a search that never met the bar; raises instead when ``on_failure`` is error."""
+        cfg = self.config
+        best = runs[chosen]
+        steps = "; ".join(
+            f"iteration {t['iteration']}: {t['excluded']} nodes in float, {cfg.metric} {t['metric']:.6g}" for t in self._trajectory(runs)
+        )
+        why = "no node was left to fall back" if stopped == "nothing_left_to_fall_back" else f"max_iterations ({cfg.max_iterations})"
+        if cfg.on_failure == "error":
+            raise KilnError(f"{cfg.validation}.{cfg.metric} never cleared the bar ({self._bar()}) before {why}: {steps}")
+        return (
+            f"{cfg.validation}.{cfg.metric} did not clear the bar ({self._bar()}) before {why}; the output is the best model found: "
+            f"iteration {chosen}, {len(best.excluded)} nodes in float, {cfg.metric} {best.value:.6g}"
+        )
 
     # --------------------------------------------------------------------------------------------
 

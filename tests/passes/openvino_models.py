@@ -12,6 +12,7 @@ import torch
 import transformers
 from onnx import TensorProto, helper, numpy_helper
 
+from engine.conformance import tiny_encoder
 from engine.core import ModelArtifact, PassContext
 from engine.core.data import Dataset
 from engine.core.evaluator import EvalContext, MetricResult
@@ -85,37 +86,8 @@ def mlp_reference(folder: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def tiny_encoder_onnx(folder: Path, hidden: int = HIDDEN, vocab: int = 1000, seed: int = 0) -> ModelArtifact:
     """input_ids, attention_mask [batch, sequence] -> Gather -> MatMul -> Add -> Relu -> MatMul,
-    masked -> last_hidden_state [batch, sequence, hidden] (as tests/engine/conftest.py builds it)."""
-    rng = np.random.default_rng(seed)
-    inits = [
-        numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "embeddings"),
-        numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32), "w1"),
-        numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32) * 0.1, "b1"),
-        numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32), "w2"),
-        numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis"),
-    ]
-    nodes = [
-        helper.make_node("Gather", ["embeddings", "input_ids"], ["embedded"]),
-        helper.make_node("MatMul", ["embedded", "w1"], ["h1"]),
-        helper.make_node("Add", ["h1", "b1"], ["h2"]),
-        helper.make_node("Relu", ["h2"], ["h3"]),
-        helper.make_node("MatMul", ["h3", "w2"], ["h4"]),
-        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
-        helper.make_node("Unsqueeze", ["mask_f", "last_axis"], ["mask_3d"]),
-        helper.make_node("Mul", ["h4", "mask_3d"], ["last_hidden_state"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny_encoder",
-        [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"]),
-        ],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", hidden])],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
-    model.ir_version = 10
+    masked -> last_hidden_state [batch, sequence, hidden] (``engine.conformance.tiny_encoder``)."""
+    model = tiny_encoder(hidden, vocab, seed)
     return save_onnx_folder(model, folder)
 
 

@@ -1,10 +1,12 @@
-"""Catch what onnxruntime's Python quantization tools log, instead of letting it reach the console.
+"""Catch what a library logs, instead of letting it reach the console: one collector serves the
+ONNX passes (``quiet_library``), onnxruntime's quantizer (``capture_library_logs``) and OpenVINO /
+NNCF (``passes.openvino._quiet.library_output``).
 
 ``onnxruntime.quantization`` logs through the *root* logger (``logging.warning(...)``) and
 through ``onnxruntime.quantization.*`` loggers. With no handler configured, Python prints those
 records to stderr, which a pass must not do; and some of them are the only sign of a partial
 failure (``quant_pre_process`` logs "ONNX Runtime Model Optimization Failed!" and carries on).
-``capture_library_logs`` collects them while a block runs so the pass can report them.
+The collector keeps them while a block runs so the pass can report them.
 """
 
 from __future__ import annotations
@@ -18,24 +20,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LibraryMessage:
-    logger: str
+    source: str  # the logger's name, or "warnings" / "stdout"
     level: str
     message: str
 
 
-class _Collector(logging.Handler):
-    def __init__(self, prefixes: tuple[str, ...], thread: int) -> None:
-        super().__init__(level=logging.WARNING)
+class LogCollector(logging.Handler):
+    """Records at ``level`` or above logged by the thread that created the collector (passes may
+    run side by side in one process), of the loggers named by ``prefixes`` (None: every logger;
+    ``root`` is the root logger)."""
+
+    def __init__(self, level: int = logging.WARNING, prefixes: tuple[str, ...] | None = None) -> None:
+        super().__init__(level=level)
         self.prefixes = prefixes
-        self.thread = thread
+        self.thread = threading.get_ident()
         self.messages: list[LibraryMessage] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        # Only the library's records, and only those logged by the thread that runs the pass
-        # (passes may run side by side in one process).
         if record.thread != self.thread:
             return
-        if not any(record.name == p or record.name.startswith(p + ".") for p in self.prefixes):
+        if self.prefixes is not None and not any(record.name == p or record.name.startswith(p + ".") for p in self.prefixes):
             return
         try:
             text = record.getMessage()
@@ -51,13 +55,21 @@ def capture_library_logs(prefixes: tuple[str, ...] = ("root", "onnxruntime")) ->
     The handler sits on the root logger for the duration of the block, so Python's last-resort
     stderr printing does not fire; handlers the application configured still receive everything.
     """
-    collector = _Collector(prefixes, threading.get_ident())
+    collector = LogCollector(logging.WARNING, prefixes)
     root = logging.getLogger()
     root.addHandler(collector)
     try:
         yield collector.messages
     finally:
         root.removeHandler(collector)
+
+
+def first_line(text: str) -> str:
+    """A logged traceback's last line (it says what failed), else the first line, at most 300 characters."""
+    lines = text.strip().splitlines()
+    if lines and lines[0].startswith("Traceback"):
+        lines = lines[-1:]
+    return lines[0][:300] if lines else ""
 
 
 def distinct(messages: list[LibraryMessage], limit: int = 20) -> list[str]:
@@ -68,7 +80,8 @@ def distinct(messages: list[LibraryMessage], limit: int = 20) -> list[str]:
         if text.startswith("Traceback") and text.splitlines():
             text = text.splitlines()[-1]  # a logged traceback: its last line says what failed
         seen.setdefault(f"{m.level}: {text}", None)
-    texts = list(seen)
-    if len(texts) > limit:
-        texts = [*texts[:limit], f"... and {len(texts) - limit} more"]
-    return texts
+    return cap(list(seen), limit)
+
+
+def cap(texts: list[str], limit: int = 20) -> list[str]:
+    return [*texts[:limit], f"... and {len(texts) - limit} more"] if len(texts) > limit else texts

@@ -1,0 +1,174 @@
+"""The clock of the latency evaluator: a model under the clock (``Arm``) and the interleaved
+rounds of reference and candidate, block by block, with the rules that decide when they are
+enough (``Rounds``). numpy is imported inside functions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.core.stats import Interval, bootstrap
+from evaluators._noise import Load, NoiseMeter
+from evaluators._sessions import run_session
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.core.target import Session
+    from evaluators.latency import Latency
+
+#: the shortest stretch whose load is judged on its own (the kernel's CPU counters tick every 10 ms)
+LOAD_WINDOW_S = 0.1
+
+
+@dataclass
+class Arm:
+    """One model under the clock: its session, its feeds, every timed run."""
+
+    role: str
+    session: Session
+    feeds: dict[str, np.ndarray]
+
+    def warm_up(self, runs: int) -> None:
+        for _ in range(runs):
+            run_session(self.session, self.feeds, self.role)
+        self.session.synchronize()
+
+    def time(self, runs: int) -> list[int]:
+        """``runs`` timed runs; each is bracketed by device synchronization, so a GPU's queued
+        work is counted in the run that queued it."""
+        session, feeds, role = self.session, self.feeds, self.role
+        out = []
+        for _ in range(runs):
+            session.synchronize()
+            start = time.perf_counter_ns()
+            run_session(session, feeds, role)
+            session.synchronize()
+            out.append(time.perf_counter_ns() - start)
+        return out
+
+
+@dataclass
+class Round:
+    medians_ms: list[float]  # per arm, in arm order
+    times_ns: list[list[int]]
+    load: Load
+    busy: bool
+    block: int  # which pair of sessions it ran on
+
+
+class Rounds:
+    """The interleaved rounds, block by block (a block: one pair of sessions), and the rules
+    that decide when they are enough."""
+
+    def __init__(self, cfg: Latency.Config, arms: int) -> None:
+        self.cfg = cfg
+        self.arms = arms
+        self.kept: list[Round] = []
+        self.times_ns: list[list[int]] = [[] for _ in range(arms)]  # every kept run, per arm
+        self.blocks = 0
+        self.discarded = 0
+        self.waited_s = 0.0
+        self.stop_reason = ""
+        self._meter = NoiseMeter()
+        self._window_started: float | None = None
+        self._quiet_budget = cfg.quiet_wait_s
+        self._started = time.perf_counter()
+
+    @property
+    def per_block(self) -> int:
+        return max(2, -(-self.cfg.min_rounds // self.cfg.sessions))
+
+    def block(self, arms: list[Arm]) -> None:
+        """Take ``per_block`` rounds on these sessions; a busy round is thrown away and taken
+        again once the machine is quiet, until the quiet budget is spent."""
+        taken = 0
+        while taken < self.per_block:
+            current = self._take(arms, len(self.kept) + self.discarded)
+            if current.busy and self._quiet_budget > 0:
+                self.discarded += 1
+                _, waited = self._meter.wait_for_quiet(self.cfg.busy_cores, self._quiet_budget)
+                self.waited_s += waited
+                self._quiet_budget -= waited
+                continue
+            self.kept.append(current)
+            for i, times in enumerate(current.times_ns):
+                self.times_ns[i].extend(times)
+            taken += 1
+        self.blocks += 1
+
+    def _take(self, arms: list[Arm], index: int) -> Round:
+        """One round: every arm times ``runs_per_round`` runs, in an order that alternates
+        between rounds (A B, B A, ...) so a trend within a round favours neither."""
+        order = list(range(len(arms)))
+        if index % 2:
+            order.reverse()
+        times: list[list[int]] = [[] for _ in arms]
+        # the kernel counts CPU time in 10 ms ticks: a round shorter than LOAD_WINDOW_S is
+        # judged on the load since the window began, which may span a few earlier rounds
+        if self._window_started is None or time.perf_counter() - self._window_started >= LOAD_WINDOW_S:
+            self._meter.start()
+            self._window_started = time.perf_counter()
+        for i in order:
+            times[i] = arms[i].time(self.cfg.runs_per_round)
+        load = self._meter.stop()
+        medians = [median_ms(t) for t in times]
+        return Round(medians, times, load, load.busy(self.cfg.busy_cores), self.blocks)
+
+    def ratios(self) -> list[float]:
+        """Per round: the reference's median time over the candidate's (> 1: the candidate is faster)."""
+        return [r.medians_ms[0] / r.medians_ms[-1] for r in self.kept]
+
+    def interval(self) -> Interval:
+        """The speedup's interval, bootstrapped over sessions, then rounds within them."""
+        return bootstrap(self.ratios(), "median", self.cfg.confidence, groups=[r.block for r in self.kept])
+
+    def enough(self) -> bool:
+        """Checked after each block; sets ``stop_reason`` when the rounds are enough."""
+        self.stop_reason = self._reason(time.perf_counter() - self._started - self.waited_s)
+        return bool(self.stop_reason)
+
+    def _reason(self, elapsed_s: float) -> str:
+        cfg = self.cfg
+        rounds = len(self.kept)
+        if self.blocks < cfg.sessions or rounds < cfg.min_rounds:
+            return ""
+        if elapsed_s >= cfg.max_time_s:
+            return f"max_time_s ({cfg.max_time_s:g} s) spent"
+        runs = len(self.times_ns[-1])
+        timed_s = sum(self.times_ns[-1]) / 1e9
+        if runs < cfg.runs or timed_s < cfg.min_time_s:
+            return ""
+        if self.arms == 1:
+            return "runs done"
+        interval = self.interval()
+        if interval.half_width <= cfg.precision * interval.estimate:
+            return f"interval within ±{cfg.precision:.0%}"
+        if rounds >= cfg.max_rounds:
+            return f"max_rounds ({cfg.max_rounds}) reached"
+        return ""
+
+    def mean_others(self) -> float:
+        return sum(r.load.others_cores for r in self.kept) / len(self.kept) if self.kept else 0.0
+
+    def noise(self) -> dict[str, Any]:
+        busy = [r for r in self.kept if r.busy]
+        return {
+            "others_cores_mean": self.mean_others(),
+            "others_cores_max": max((r.load.others_cores for r in self.kept), default=0.0),
+            "steal_cores_mean": sum(r.load.steal_cores for r in self.kept) / len(self.kept) if self.kept else 0.0,
+            "busy_cores_threshold": self.cfg.busy_cores,
+            "busy_rounds_kept": len(busy),
+            "rounds_thrown_away": self.discarded,
+            "waited_for_quiet_s": round(self.waited_s, 2),
+            # measured under load: some rounds were kept although others kept the machine busy
+            "loaded": bool(busy),
+        }
+
+
+def median_ms(times_ns: list[int]) -> float:
+    ordered = sorted(times_ns)
+    mid = len(ordered) // 2
+    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return value / 1e6
