@@ -83,5 +83,7 @@ class Datasets:
         out = {}
         for name in names:
             entry = self.resolved.datasets[name]
-            out[name] = DatasetInput(path=self.paths[name]) if name in self.paths else DatasetInput(source=entry.cls.name, config=entry.config)
+            out[name] = (
+                DatasetInput(path=self.paths[name]) if name in self.paths else DatasetInput(source=entry.cls.name, config=entry.config)
+            )
         return out

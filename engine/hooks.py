@@ -60,9 +60,9 @@ class Fanout(Hooks):
 
 
 def _fanned(name: str) -> Any:
-    def call(self: Fanout, *args: Any) -> None:
+    def call(self: Fanout, *args: Any, **kwargs: Any) -> None:
         for observer in self.observers:
-            getattr(observer, name)(*args)
+            getattr(observer, name)(*args, **kwargs)
 
     call.__name__ = name
     return call

@@ -89,7 +89,7 @@ class Plan:
         identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": job_target})
         if identity not in self.jobs:
             spec = pass_spec(
-                self.resolved, identity, step, _label(step.id, params), config, parent, job_target, self._fingerprint(job_target)
+                self.resolved, identity, step, _label(step.id, params), config, parent, job_target, self.fingerprint(job_target)
             )
             self.jobs[identity] = Job(
                 id=identity, step_id=step.id, parent=parent, config=config, params=params, target=job_target, spec=spec
@@ -97,7 +97,8 @@ class Plan:
             self.graph.add_edge(parent or INPUT, identity)
         return identity
 
-    def _fingerprint(self, target: str | None) -> dict[str, Any] | None:
+    def fingerprint(self, target: str | None) -> dict[str, Any] | None:
+        """The target's fingerprint (computed once per plan)."""
         if target is None:
             return None
         if target not in self._fingerprints:

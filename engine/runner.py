@@ -76,7 +76,7 @@ class Runner:
 
     def eval_key(self, entry: Any, model_digest: str, reference_digest: str | None, target_id: str) -> Key:
         spec = entry if isinstance(entry, EvalSpec) else EvalSpec.of(entry)
-        fingerprint = self.plan._fingerprint(target_id)
+        fingerprint = self.plan.fingerprint(target_id)
         assert fingerprint is not None
         return spec.key(model_digest, reference_digest, fingerprint, self.datasets.keys, self._file_digest)
 
@@ -87,7 +87,9 @@ class Runner:
         self.datasets.materialize(self.executor, self.stats, self.hooks)
 
     # -- lookup → run → record ------------------------------------------------------------------
-    def _fetch(self, key: str, order: Callable[[], WorkOrder], timeout_s: float | None, exclusive: bool, started: Callable[[], None]) -> Fetched:
+    def _fetch(
+        self, key: str, order: Callable[[], WorkOrder], timeout_s: float | None, exclusive: bool, started: Callable[[], None]
+    ) -> Fetched:
         """The record of ``key``: from the store, or by running ``order()`` in a worker."""
         record = self.store.lookup(key)
         if record is not None:
@@ -199,7 +201,9 @@ class Runner:
         if candidate.reference:
             self.references[candidate.target] = result
         reference = self.references.get(candidate.target)
-        evaluate(self.resolved, self.evaluations, result, reference, self.datasets, lambda spec, against: self._measure(spec, result, against))
+        evaluate(
+            self.resolved, self.evaluations, result, reference, self.datasets, lambda spec, against: self._measure(spec, result, against)
+        )
         self.hooks.candidate_done(result, measured=True)
         return result
 
@@ -214,7 +218,9 @@ class Runner:
             return "failed", f"step {label} failed: {failed.error}"
         return "pruned", f"shares step {label}, which failed in candidate {failed.candidate}: {_first_line(failed.error)}"
 
-    def _measure(self, spec: EvalSpec, result: CandidateResult, reference: ModelArtifact | None) -> tuple[dict[str, Any] | None, str | None]:
+    def _measure(
+        self, spec: EvalSpec, result: CandidateResult, reference: ModelArtifact | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """One evaluation of a candidate's model: its record, or None and why it failed."""
         model, target, candidate = result.model, result.candidate.target, result.candidate.id
         assert model is not None
