@@ -111,7 +111,7 @@ def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objectiv
     return "—"
 
 
-def print_summary(report: RunReport) -> None:
+def _candidates_table(report: RunReport) -> Table:
     spec = report.resolved.spec.select
     objective = spec.objective.metric
     columns = [objective] + [c.metric for c in spec.constraints if c.metric != objective]
@@ -138,7 +138,13 @@ def print_summary(report: RunReport) -> None:
                 _vs_reference(result, ref, objective, spec.objective.goal, paired),
                 why,
             )
-    console.print(table)
+    return table
+
+
+def print_summary(report: RunReport) -> None:
+    spec = report.resolved.spec.select
+    objective = spec.objective.metric
+    console.print(_candidates_table(report))
     if spec.confidence is not None:
         console.print(
             f"[dim]intervals: {spec.confidence:.0%} bootstrap; constraints judged on the pessimistic bound, "

@@ -3,6 +3,11 @@
 The runner is incremental: a candidate is processed when the search asks for it — its jobs run
 (or come from the store), then its evaluations. Jobs shared by candidates run once, even when the
 candidates are processed at the same time by parallel workers.
+
+Each job goes lookup → run → record: its key comes from the typed spec the planner made
+(engine.jobs), the store is asked first, a worker runs what it lacks, and the typed hooks
+(engine.hooks) hear of each step. Datasets live in engine.datasets, the evaluation policy in
+engine.evaluation.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.artifact import ModelArtifact
-from engine.datasets import Datasets, input_artifact, located
+from engine.datasets import Datasets, input_artifact
 from engine.evaluation import candidate_evaluations, evaluate
 from engine.executor import LocalExecutor
 from engine.gate import Gate
@@ -26,8 +31,6 @@ from engine.planner import Candidate, Plan
 from engine.results import CandidateResult, JobState, RunReport, Stats
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
-
-__all__ = ["Fetched", "Runner", "input_artifact", "located"]
 
 
 @dataclass
