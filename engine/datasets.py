@@ -13,7 +13,6 @@ from engine.core.artifact import ModelArtifact
 from engine.core.errors import InputError
 from engine.hooks import Hooks
 from engine.jobs import DatasetInput, WorkOrder
-from engine.results import Stats
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -49,7 +48,7 @@ class Datasets:
             }
             self.keys[name], self.docs[name] = keys.dataset_key(entry.cls, entry.config, file_digests, input_model.digest)
 
-    def materialize(self, executor: Any, stats: Stats, hooks: Hooks) -> None:
+    def materialize(self, executor: Any, hooks: Hooks) -> None:
         """Read every dataset the store does not have yet (those built from a model's signature
         are built where that model is, by the job that reads them)."""
         for name, entry in self.resolved.datasets.items():
@@ -67,12 +66,11 @@ class Datasets:
                     self.errors[name] = outcome.error or "failed"
                     hooks.dataset_failed(name, outcome.error)
                     continue
-                record = outcome.record or {}
-                stats.count("datasets", "shared" if outcome.shared else "ran")  # shared: another run read it meanwhile
+                record, status = outcome.record or {}, "shared" if outcome.shared else "ran"  # shared: another run read it
             else:
-                stats.count("datasets", "hit")
+                status = "hit"
             self.paths[name] = str(self.store.object_path(record["digest"]) / "dataset.npz")
-            hooks.dataset_done(name, record.get("samples"))
+            hooks.dataset_done(name, status, record.get("samples"))
 
     def unreadable(self, names: Iterable[str]) -> str | None:
         """Why a job that reads ``names`` cannot run (one of them could not be read), if so."""

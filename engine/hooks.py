@@ -1,25 +1,27 @@
 """What a run tells its observers: typed hooks before, after and on the failure of each dataset
 read, pass job and evaluation, plus the search's progress. ``Hooks`` does nothing; an observer
-overrides what it needs (the terminal progress in engine.report, ``EventLog`` for events.jsonl)
-and ``Fanout`` passes every call to several observers."""
+overrides what it needs (the terminal progress in engine.report, ``EventLog`` for events.jsonl,
+``Tally`` for the run report's counts) and ``Fanout`` passes every call to several observers."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.jobs import PassSpec
-from engine.results import CandidateResult
+from engine.results import CandidateResult, Stats
 
 
 class Hooks:
     def dataset_started(self, name: str) -> None:
         """A dataset the store does not have is being read."""
 
-    def dataset_done(self, name: str, samples: int | None) -> None:
-        """A dataset is ready (read now or found in the store)."""
+    def dataset_done(self, name: str, status: str, samples: int | None) -> None:
+        """A dataset is ready: read now (``ran``), found in the store (``hit``) or read meanwhile by
+        another run sharing the store (``shared``)."""
 
     def dataset_failed(self, name: str, error: str | None) -> None:
         """A dataset could not be read."""
@@ -39,8 +41,11 @@ class Hooks:
     def eval_started(self, candidate: str, evaluation: str) -> None:
         """An evaluation of a candidate is handed to a worker."""
 
-    def eval_done(self, candidate: str, evaluation: str) -> None:
-        """An evaluation that ran finished."""
+    def eval_cached(self, candidate: str, evaluation: str) -> None:
+        """An evaluation's result was found in the store."""
+
+    def eval_done(self, candidate: str, evaluation: str, status: str, seconds: float | None) -> None:
+        """An evaluation finished: ``ran``, or ``shared`` when another run measured it meanwhile."""
 
     def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:
         """An evaluation failed."""
@@ -72,6 +77,33 @@ for _name in [n for n in vars(Hooks) if not n.startswith("_")]:
     setattr(Fanout, _name, _fanned(_name))
 
 
+class Tally(Hooks):
+    """Counts into ``stats`` what ran and what came from the store (the run report's figures)."""
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+        self._lock = threading.Lock()
+
+    def _count(self, kind: str, status: str, seconds: float | None = None) -> None:
+        with self._lock:
+            self.stats.count(kind, status, float(seconds or 0.0))
+
+    def dataset_done(self, name: str, status: str, samples: int | None) -> None:
+        self._count("datasets", status)
+
+    def job_cached(self, job: PassSpec) -> None:
+        self._count("passes", "hit")
+
+    def job_done(self, job: PassSpec, status: str, seconds: float | None) -> None:
+        self._count("passes", "ran" if status == "ran" else "shared", seconds)
+
+    def eval_cached(self, candidate: str, evaluation: str) -> None:
+        self._count("evals", "hit")
+
+    def eval_done(self, candidate: str, evaluation: str, status: str, seconds: float | None) -> None:
+        self._count("evals", status, seconds)
+
+
 class EventLog(Hooks):
     """Appends each hook call as one JSON line to ``events.jsonl``."""
 
@@ -94,7 +126,7 @@ class EventLog(Hooks):
     def dataset_started(self, name: str) -> None:
         self.write("dataset_start", name=name)
 
-    def dataset_done(self, name: str, samples: int | None) -> None:
+    def dataset_done(self, name: str, status: str, samples: int | None) -> None:
         self.write("dataset_end", name=name, ok=True, samples=samples)
 
     def dataset_failed(self, name: str, error: str | None) -> None:
@@ -115,7 +147,7 @@ class EventLog(Hooks):
     def eval_started(self, candidate: str, evaluation: str) -> None:
         self.write("eval_start", candidate=candidate, evaluation=evaluation)
 
-    def eval_done(self, candidate: str, evaluation: str) -> None:
+    def eval_done(self, candidate: str, evaluation: str, status: str, seconds: float | None) -> None:
         self.write("eval_end", candidate=candidate, evaluation=evaluation, ok=True)
 
     def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:

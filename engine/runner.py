@@ -6,7 +6,7 @@ candidates are processed at the same time by parallel workers.
 
 Each job goes lookup → run → record: its key comes from the typed spec the planner made
 (engine.jobs), the store is asked first, a worker runs what it lacks, and the typed hooks
-(engine.hooks) hear of each step. Datasets live in engine.datasets, the evaluation policy in
+(engine.hooks) hear of each step, the run's counts among them (``Tally``). Datasets live in engine.datasets, the evaluation policy in
 engine.evaluation.
 """
 
@@ -25,7 +25,7 @@ from engine.datasets import Datasets, input_artifact
 from engine.evaluation import candidate_evaluations, evaluate
 from engine.executor import LocalExecutor
 from engine.gate import Gate
-from engine.hooks import Hooks
+from engine.hooks import Fanout, Hooks, Tally
 from engine.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_ref
 from engine.planner import Candidate, Plan
 from engine.results import CandidateResult, JobState, RunReport, Stats
@@ -56,9 +56,9 @@ class Runner:
     ) -> None:
         self.resolved = resolved
         self.store = store.ensure()
-        self.hooks = hooks or Hooks()
-        self.executor = executor or LocalExecutor(self.store)
         self.stats = Stats()
+        self.hooks = Fanout(Tally(self.stats), hooks or Hooks())
+        self.executor = executor or LocalExecutor(self.store)
         self.plan = plan or Plan(resolved)
         self.gate = Gate(workers, exclusive_timing)
         self.input = input_artifact(resolved, self.store)
@@ -87,7 +87,7 @@ class Runner:
         return self.store.cached_digest(path, "file")
 
     def materialize_datasets(self) -> None:
-        self.datasets.materialize(self.executor, self.stats, self.hooks)
+        self.datasets.materialize(self.executor, self.hooks)
 
     # -- lookup → run → record ------------------------------------------------------------------
     def _fetch(
@@ -103,12 +103,6 @@ class Runner:
         if not outcome.ok:
             return Fetched("failed", {}, outcome.error)
         return Fetched("shared" if outcome.shared else "ran", outcome.record or {})
-
-    def _count(self, kind: str, fetched: Fetched) -> None:
-        if fetched.status == "failed":
-            return
-        with self._lock:
-            self.stats.count(kind, fetched.status, float(fetched.record.get("duration_s") or 0.0))
 
     # -- passes -------------------------------------------------------------------------------
     def ensure_job(self, job_id: str, candidate: str | None = None) -> JobState:
@@ -149,7 +143,6 @@ class Runner:
         fetched = self._fetch(
             state.key, lambda: self._pass_order(spec, key, parent), spec.timeout_s, False, lambda: self.hooks.job_started(spec)
         )
-        self._count("passes", fetched)
         if fetched.status == "failed":
             state.status, state.error = "failed", fetched.error
             self.hooks.job_failed(spec, fetched.error)
@@ -247,12 +240,13 @@ class Runner:
             )
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))
-        self._count("evals", fetched)
         if fetched.status == "failed":
             self.hooks.eval_failed(candidate, spec.id, fetched.error)
             return None, fetched.error
-        if fetched.status != "hit":
-            self.hooks.eval_done(candidate, spec.id)
+        if fetched.status == "hit":
+            self.hooks.eval_cached(candidate, spec.id)
+        else:
+            self.hooks.eval_done(candidate, spec.id, fetched.status, fetched.record.get("duration_s"))
         return fetched.record, None
 
     def report(self, started: float) -> RunReport:
