@@ -194,15 +194,13 @@ def _print_code(resolved: Any) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from engine.planner import build_plan
+    from engine.plan_status import explain_plan
     from engine.report import print_plan
-    from engine.runner import Runner
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
     _print_code(resolved)
-    runner = Runner(resolved, _open_store(args, resolved), plan=build_plan(resolved))
-    print_plan(runner, explain_misses=args.explain)
+    print_plan(explain_plan(resolved, _open_store(args, resolved)), explain_misses=args.explain)
     return EXIT_OK
 
 
@@ -237,6 +235,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from engine.emit import check_output_dir, write_outputs
+    from engine.hooks import EventLog, Fanout
     from engine.report import Progress, print_summary
     from engine.run import run_workflow
     from engine.workflow import load_workflow
@@ -253,10 +252,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from engine.ray_executor import RayExecutor
 
         executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
-    with Progress(quiet=args.quiet, events_file=output / "events.jsonl") as progress:
-        report = run_workflow(
-            resolved, store, on_event=progress.event, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing
-        )
+    with EventLog(output / "events.jsonl") as events:
+        hooks = Fanout(events, Progress(quiet=args.quiet))
+        report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
     write_outputs(report, output)
     print_summary(report)
     runnable = [t for t in resolved.targets.values() if t.availability.ok]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.jobs import WorkOrder
 from engine.locks import job_lock
 from engine.store import Store, write_json_atomic
 
@@ -114,25 +115,25 @@ class LocalExecutor:
         """Kill the workers other threads are waiting on (the run was interrupted)."""
         self._stop.set()
 
-    def execute(self, job: dict[str, Any], job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
         return run_worker_process(self.python, str(job_file), str(log_path), timeout_s, self._stop)
 
-    def run(self, job: dict[str, Any], timeout_s: float | None = None) -> Outcome:
+    def run(self, job: WorkOrder, timeout_s: float | None = None) -> Outcome:
         """Run ``job`` in a worker, unless another run sharing the store is building the same
         key: then wait for it and return its record."""
-        with job_lock(self.store.root / "locks", job["key"], timeout_s) as waited:
-            record = self.store.lookup(job["key"]) if waited else None
+        with job_lock(self.store.root / "locks", job.key, timeout_s) as waited:
+            record = self.store.lookup(job.key) if waited else None
             if record is not None:
                 return Outcome(ok=True, record=record, shared=True)
             return self._run(job, timeout_s)
 
-    def _run(self, job: dict[str, Any], timeout_s: float | None) -> Outcome:
-        staging = self.store.staging(job["kind"])
+    def _run(self, job: WorkOrder, timeout_s: float | None) -> Outcome:
+        staging = self.store.staging(job.kind)
         self.logs.mkdir(parents=True, exist_ok=True)
-        log_path = self.logs / f"{job['key']}.log"
-        job = {**job, "store": str(self.store.root), "staging": str(staging), "result": str(staging / "result.json")}
+        log_path = self.logs / f"{job.key}.log"
+        job = job.placed(self.store.root, staging)
         job_file = staging / "job.json"
-        write_json_atomic(job_file, job)
+        write_json_atomic(job_file, job.to_json())
         try:
             code = self.execute(job, job_file, log_path, timeout_s)
         except BaseException:

@@ -14,6 +14,7 @@ from typing import Any
 import networkx as nx
 
 from engine.core.hashing import sha256_json
+from engine.jobs import PassSpec, pass_spec
 from engine.space import SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
@@ -28,13 +29,18 @@ class Job:
     config: dict[str, Any] = field(hash=False, compare=False)
     params: dict[str, Any] = field(hash=False, compare=False)  # the searched options' values
     target: str | None = None
+    spec: PassSpec | None = field(default=None, hash=False, compare=False, repr=False)  # set by Plan.job
 
     @property
     def label(self) -> str:
-        if not self.params:
-            return self.step_id
-        inner = ", ".join(f"{k}={_show(v)}" for k, v in self.params.items())
-        return f"{self.step_id}({inner})"
+        return _label(self.step_id, self.params)
+
+
+def _label(step_id: str, params: dict[str, Any]) -> str:
+    if not params:
+        return step_id
+    inner = ", ".join(f"{k}={_show(v)}" for k, v in params.items())
+    return f"{step_id}({inner})"
 
 
 @dataclass
@@ -69,6 +75,7 @@ class Plan:
         self.dropped: list[str] = []
         self.spaces: dict[str, TargetSpace] = {}
         self._by_chain: dict[tuple[str, tuple[str, ...]], Candidate] = {}
+        self._fingerprints: dict[str, dict[str, Any]] = {}
         for target_id, entry in resolved.targets.items():
             if entry.availability.ok:
                 self.spaces[target_id] = TargetSpace(resolved, target_id)
@@ -81,9 +88,43 @@ class Plan:
         job_target = target if step.pass_cls.target_dependent else None
         identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": job_target})
         if identity not in self.jobs:
-            self.jobs[identity] = Job(id=identity, step_id=step.id, parent=parent, config=config, params=params, target=job_target)
+            spec = pass_spec(
+                self.resolved, identity, step, _label(step.id, params), config, parent, job_target, self.fingerprint(job_target)
+            )
+            self.jobs[identity] = Job(
+                id=identity, step_id=step.id, parent=parent, config=config, params=params, target=job_target, spec=spec
+            )
             self.graph.add_edge(parent or INPUT, identity)
         return identity
+
+    def fingerprint(self, target: str | None) -> dict[str, Any] | None:
+        """The target's fingerprint (computed once per plan)."""
+        if target is None:
+            return None
+        if target not in self._fingerprints:
+            self._fingerprints[target] = self.resolved.targets[target].instance.fingerprint()
+        return self._fingerprints[target]
+
+    def spec(self, job_id: str) -> PassSpec:
+        spec = self.jobs[job_id].spec
+        assert spec is not None
+        return spec
+
+    def depth(self, job_id: str) -> int:
+        """How many jobs come before this one on its chain."""
+        depth, walker = 0, self.jobs[job_id].parent
+        while walker:
+            depth, walker = depth + 1, self.jobs[walker].parent
+        return depth
+
+    def slot(self, job_id: str, evaluation: str | None = None, target: str | None = None) -> str:
+        """A job's place in this workflow, stable when its config changes (for --explain)."""
+        chain = []
+        current: str | None = job_id
+        while current:
+            chain.append(self.jobs[current].label)
+            current = self.jobs[current].parent
+        return sha256_json({"workflow": self.resolved.name, "chain": chain[::-1], "evaluation": evaluation, "target": target})
 
     def job_order(self) -> list[str]:
         return [node for node in nx.topological_sort(self.graph) if node != INPUT]

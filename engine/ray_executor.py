@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.core.errors import MissingDependency
 from engine.executor import LocalExecutor, run_worker_process
+from engine.jobs import WorkOrder
 from engine.store import Store
 
 
@@ -39,8 +40,8 @@ class RayExecutor(LocalExecutor):
             if wanted:
                 self.resources[target_id] = dict(wanted)
 
-    def _options(self, job: dict[str, Any]) -> dict[str, Any]:
-        target = (job.get("target") or {}).get("config", {}).get("id")
+    def _options(self, job: WorkOrder) -> dict[str, Any]:
+        target = job.target.config.get("id") if job.target else None
         wanted = dict(self.resources.get(target or "", {}))
         options: dict[str, Any] = {"num_cpus": wanted.pop("CPU", 1), "max_retries": 0}
         if "GPU" in wanted:
@@ -49,7 +50,7 @@ class RayExecutor(LocalExecutor):
             options["resources"] = wanted
         return options
 
-    def execute(self, job: dict[str, Any], job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
         ref = self._remote.options(**self._options(job)).remote(self.python or sys.executable, str(job_file), str(log_path), timeout_s)
         try:
             return self.ray.get(ref)

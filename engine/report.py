@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -16,59 +15,53 @@ from rich.table import Table
 from engine import registry
 from engine.core.errors import KilnError
 from engine.core.refs import without_markers
-from engine.keys import explain
+from engine.hooks import Hooks
+from engine.jobs import PassSpec
+from engine.plan_status import BLOCKED, HIT, MISS, PlanStatus
 from engine.results import CandidateResult, RunReport
-from engine.runner import Runner
 from engine.select import ranking_metric, under_load
 
 # A pipe or a CI log has no width: give tables room instead of folding every cell.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
 
 
-class Progress:
-    """Renders run events as lines and appends each as JSON to ``events.jsonl``."""
+class Progress(Hooks):
+    """Renders the run's progress as terminal lines (nothing when ``quiet``)."""
 
-    def __init__(self, quiet: bool, events_file: Path) -> None:
+    def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
-        self.events_file = events_file
-        self.handle: Any = None
         self.started = time.perf_counter()
 
-    def __enter__(self) -> Progress:
-        self.events_file.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.events_file, "a", encoding="utf-8")
-        return self
+    def _line(self, text: str) -> None:
+        if not self.quiet:
+            console.print(f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim] {text}")
 
-    def __exit__(self, *exc: object) -> None:
-        self.handle.close()
+    def dataset_started(self, name: str) -> None:
+        self._line(f"dataset {name}: reading")
 
-    def event(self, kind: str, fields: dict[str, Any]) -> None:
-        self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")
-        self.handle.flush()
-        if self.quiet:
-            return
-        at = f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim]"
-        if kind == "plan":
-            skipped = "".join(f"\n          [yellow]target {t} SKIPPED[/yellow]: {why}" for t, why in fields["skipped"].items())
-            console.print(f"{at} plan: {fields['jobs']} pass jobs, {fields['candidates']} candidates{skipped}")
-        elif kind == "dataset_start":
-            console.print(f"{at} dataset {fields['name']}: reading")
-        elif kind == "dataset_end" and not fields.get("ok"):
-            console.print(f"{at} dataset {fields['name']}: [red]failed[/red]: {fields.get('error')}")
-        elif kind == "job_start":
-            console.print(f"{at} run   {fields['job']}")
-        elif kind == "job_end":
-            status = fields["status"]
-            if status == "hit":
-                console.print(f"{at} [dim]cache {fields['job']}[/dim]")
-            elif status == "failed":
-                console.print(f"{at} [red]fail[/red]  {fields['job']}: {_first_line(fields.get('error'))}")
-            else:
-                console.print(f"{at} [green]done[/green]  {fields['job']} ({fields.get('seconds')} s)")
-        elif kind == "eval_start":
-            console.print(f"{at} eval  {fields['candidate']} {fields['evaluation']}")
-        elif kind == "eval_end" and not fields.get("ok"):
-            console.print(f"{at} [red]fail[/red]  {fields['candidate']} {fields['evaluation']}: {_first_line(fields.get('error'))}")
+    def dataset_failed(self, name: str, error: str | None) -> None:
+        self._line(f"dataset {name}: [red]failed[/red]: {error}")
+
+    def job_cached(self, job: PassSpec) -> None:
+        self._line(f"[dim]cache {job.label}[/dim]")
+
+    def job_started(self, job: PassSpec) -> None:
+        self._line(f"run   {job.label}")
+
+    def job_done(self, job: PassSpec, status: str, seconds: float | None) -> None:
+        if status == "hit":
+            self.job_cached(job)
+        else:
+            self._line(f"[green]done[/green]  {job.label} ({seconds} s)")
+
+    def job_failed(self, job: PassSpec, error: str | None) -> None:
+        self._line(f"[red]fail[/red]  {job.label}: {_first_line(error)}")
+
+    def eval_started(self, candidate: str, evaluation: str) -> None:
+        self._line(f"eval  {candidate} {evaluation}")
+
+    def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:
+        self._line(f"[red]fail[/red]  {candidate} {evaluation}: {_first_line(error)}")
 
 
 def _first_line(text: str | None) -> str:
@@ -119,7 +112,7 @@ def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objectiv
     return "—"
 
 
-def print_summary(report: RunReport) -> None:
+def _candidates_table(report: RunReport) -> Table:
     spec = report.resolved.spec.select
     objective = spec.objective.metric
     columns = [objective] + [c.metric for c in spec.constraints if c.metric != objective]
@@ -146,7 +139,13 @@ def print_summary(report: RunReport) -> None:
                 _vs_reference(result, ref, objective, spec.objective.goal, paired),
                 why,
             )
-    console.print(table)
+    return table
+
+
+def print_summary(report: RunReport) -> None:
+    spec = report.resolved.spec.select
+    objective = spec.objective.metric
+    console.print(_candidates_table(report))
     if spec.confidence is not None:
         console.print(
             f"[dim]intervals: {spec.confidence:.0%} bootstrap; constraints judged on the pessimistic bound, "
@@ -215,81 +214,49 @@ def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult],
     console.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
 
 
-def print_plan(runner: Runner, explain_misses: bool = False) -> None:
-    plan, store = runner.plan, runner.store
-    runner.compute_dataset_keys()
-    search = runner.resolved.spec.search
-    console.print(f"[bold]{runner.resolved.name}[/bold]: input {runner.input.format} {runner.input.digest[:12]} · store {store.root}")
+def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:
+    search = status.search
+    console.print(f"[bold]{status.workflow}[/bold]: input {status.input.format} {status.input.digest[:12]} · store {status.store}")
     budget = [
         f"max_candidates={search.max_candidates}" if search.max_candidates else None,
         f"max_time_s={search.max_time_s:g}" if search.max_time_s else None,
     ]
     budget_text = ", ".join(b for b in budget if b) or "none (the whole space)"
     console.print(f"search: sampler {search.sampler}, seed {search.seed}, budget {budget_text}")
-    for target, space in plan.spaces.items():
-        size = space.size()
-        dims = sorted(
-            {f"{s.id}.{o}" for chain in space.chains for s in chain for o in s.search}
-            | {s.id for chain in space.chains for s in chain if s.optional}
-        )
-        branches = f"{len(space.chains)} paths, " if len(space.chains) > 1 else ""
-        console.print(
-            f"  {target}: space of {size if size is not None else 'infinitely many (a float range)'} points ({branches}dimensions: {', '.join(dims) or 'none'})"
-        )
+    for space in status.spaces:
+        size = space.size if space.size is not None else "infinitely many (a float range)"
+        branches = f"{space.paths} paths, " if space.paths > 1 else ""
+        console.print(f"  {space.target}: space of {size} points ({branches}dimensions: {', '.join(space.dimensions) or 'none'})")
     if search.sampler != "grid":
         console.print(f"  [dim]{search.sampler} proposes points as it goes; below is the grid over the same space[/dim]")
-    console.print(f"{len(plan.jobs)} pass jobs · {len(plan.candidates)} candidates")
-    for target, why in plan.skipped_targets.items():
+    console.print(f"{status.job_count} pass jobs · {status.candidate_count} candidates")
+    for target, why in status.skipped_targets.items():
         console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
-    digests: dict[str, str | None] = {}
-    for job_id in plan.job_order():
-        job = plan.jobs[job_id]
-        parent = runner.input.digest if job.parent is None else digests.get(job.parent)
-        depth = 0
-        walker = job.parent
-        while walker:
-            depth, walker = depth + 1, plan.jobs[walker].parent
-        indent = "  " * depth
-        if parent is None:
-            digests[job_id] = None
+    for job in status.jobs:
+        indent = "  " * job.depth
+        if job.state == BLOCKED:
             console.print(f"  {indent}[yellow]MISS[/yellow] {job.label} [dim](its input is not built yet)[/dim]")
             continue
-        key, doc = runner.job_key(job_id, parent)
-        record = store.lookup(key)
-        digests[job_id] = record["digest"] if record else None
-        status = "[green]HIT [/green]" if record else "[yellow]MISS[/yellow]"
-        console.print(f"  {indent}{status} {job.label} [dim]{key[:12]}[/dim]")
-        if explain_misses and not record:
-            console.print(f"  {indent}     [dim]{_why(store.recall(runner.slot(job_id)), doc)}[/dim]")
-    for target in runner.resolved.targets:
-        candidates = plan.candidates_of(target)
-        if not candidates:
-            continue
-        console.print(
-            f"[bold]{target}[/bold]: {len(candidates)} candidates x {sum(e.candidates for e in runner.resolved.evaluators.values())} evaluations"
-        )
-        reference_digest = None
+        mark = "[green]HIT [/green]" if job.state == HIT else "[yellow]MISS[/yellow]"
+        console.print(f"  {indent}{mark} {job.label} [dim]{(job.key or '')[:12]}[/dim]")
+        if explain_misses and job.state == MISS:
+            console.print(f"  {indent}     [dim]{_why(job.changed)}[/dim]")
+    for target, candidates in status.candidates.items():
+        console.print(f"[bold]{target}[/bold]: {len(candidates)} candidates x {status.evaluations} evaluations")
         for candidate in candidates:
-            model_digest = runner.input.digest if not candidate.jobs else digests.get(candidate.jobs[-1])
-            if candidate.reference:
-                reference_digest = model_digest
-            marks = []
-            for entry in (e for e in runner.resolved.evaluators.values() if e.candidates):
-                if model_digest is None or (entry.cls.needs_reference and not candidate.reference and reference_digest is None):
-                    marks.append(f"{entry.id}:[yellow]MISS[/yellow]")
-                    continue
-                key, _ = runner.eval_key(entry, model_digest, None if candidate.reference else reference_digest, target)
-                marks.append(f"{entry.id}:" + ("[green]HIT[/green]" if store.lookup(key) else "[yellow]MISS[/yellow]"))
+            marks = " ".join(
+                f"{eval_id}:" + ("[green]HIT[/green]" if state == HIT else "[yellow]MISS[/yellow]")
+                for eval_id, state in candidate.evaluations.items()
+            )
             ref = " [dim](reference)[/dim]" if candidate.reference else ""
-            console.print(f"  {candidate.id.split('/')[-1]:>3} {plan.label(candidate)}{ref}  " + " ".join(marks))
-    for note in plan.dropped:
+            console.print(f"  {candidate.id.split('/')[-1]:>3} {candidate.label}{ref}  " + marks)
+    for note in status.dropped:
         console.print(f"[dim]note: {note}[/dim]")
 
 
-def _why(previous: dict[str, Any] | None, doc: dict[str, Any]) -> str:
-    if previous is None:
+def _why(changed: tuple[str, ...] | None) -> str:
+    if changed is None:
         return "never run before"
-    changed = explain(previous.get("key_doc") or {}, doc)
     return "changed since the last run: " + (
         ", ".join(changed) if changed else "nothing in the key (its result was removed from the store)"
     )

@@ -60,6 +60,18 @@ class Stats:
     pass_seconds: float = 0.0
     eval_seconds: float = 0.0
 
+    def count(self, kind: str, status: str, seconds: float = 0.0) -> None:
+        """One of ``kind`` (passes, evals, datasets) done: ``ran`` here, else found in the store
+        (``hit``) or built meanwhile by another run sharing it (``shared``)."""
+        if status != "ran":
+            setattr(self, f"{kind}_cached", getattr(self, f"{kind}_cached") + 1)
+            return
+        setattr(self, f"{kind}_run", getattr(self, f"{kind}_run") + 1)
+        if kind == "passes":
+            self.pass_seconds += seconds
+        elif kind == "evals":
+            self.eval_seconds += seconds
+
 
 @dataclass
 class RunReport:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.hooks import Hooks
 from engine.results import RunReport
-from engine.runner import EventSink, Runner, noop
+from engine.runner import Runner
 from engine.search import search
 from engine.select import select
 from engine.store import Store
@@ -17,7 +18,7 @@ from engine.workflow.resolve import ResolvedWorkflow
 def run_workflow(
     resolved: ResolvedWorkflow,
     store: Store,
-    on_event: EventSink = noop,
+    hooks: Hooks | None = None,
     executor: Any = None,
     workers: int = 1,
     exclusive_timing: bool = True,
@@ -25,7 +26,7 @@ def run_workflow(
     """Run the search the workflow asks for (cache first), then rank the candidates."""
     started = time.perf_counter()
     store.ensure().clean_stale_staging()  # what killed runs left half-written
-    runner = Runner(resolved, store, on_event, executor, workers=workers, exclusive_timing=exclusive_timing)
+    runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
     runner.materialize_datasets()
     search(runner)
     report = runner.report(started)

@@ -91,7 +91,7 @@ class TargetSearch:
         if self.spec.max_candidates is not None and len(self.seen) >= self.spec.max_candidates:
             return False
         if self.spec.max_time_s is not None and time.perf_counter() - self.started >= self.spec.max_time_s:
-            self.runner.on_event("budget", {"target": self.target, "reason": f"max_time_s={self.spec.max_time_s:g} reached"})
+            self.runner.hooks.budget_reached(self.target, f"max_time_s={self.spec.max_time_s:g} reached")
             return False
         return not self.goal_met()
 
@@ -106,7 +106,7 @@ class TargetSearch:
                 continue
             checks = [*self.runner.resolved.spec.select.constraints, *goals]
             if not any(judge(self.runner.resolved, c, result, reference) for c in checks):
-                self.runner.on_event("budget", {"target": self.target, "reason": f"goal met by {result.candidate.id}"})
+                self.runner.hooks.budget_reached(self.target, f"goal met by {result.candidate.id}")
                 return True
         return False
 

@@ -274,9 +274,23 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
         return (*(key(r) for _, key, _ in rules), -order[r.candidate.id])
 
     ranked = sorted(tied, key=preference, reverse=True)
-    chosen = ranked[0]
-    chosen.chosen = True
-    chosen.tied_with = [r.candidate.id for r in ranked[1:]]
+    ranked[0].chosen = True
+    ranked[0].tied_with = [r.candidate.id for r in ranked[1:]]
+    _write_verdicts(feasible, ranked, intervals, metric, sign, margin, rules)
+
+
+def _write_verdicts(
+    feasible: list[CandidateResult],
+    ranked: list[CandidateResult],
+    intervals: dict[str, Interval],
+    metric: str,
+    sign: float,
+    margin: float,
+    rules: list[_Rule],
+) -> None:
+    """Why the chosen one (``ranked[0]``; ``ranked`` are those tied with the best) won, and why
+    every other feasible candidate lost."""
+    chosen, tied = ranked[0], ranked
     mine = intervals[chosen.candidate.id]
     label = f"#{chosen.candidate.id.split('/')[-1]}"
     if len(feasible) == 1:

@@ -25,69 +25,70 @@ from pydantic import ValidationError
 from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import KilnError
+from engine.jobs import WorkOrder
 from engine.store import Store, write_json_atomic
 
 log = logging.getLogger("kiln.worker")
 
 
-def _artifact(data: dict[str, Any] | None) -> ModelArtifact | None:
-    return ModelArtifact.from_json(data) if data else None
-
-
-def _target(job: dict[str, Any]) -> Any:
-    spec = job.get("target")
-    if not spec:
+def _target(job: WorkOrder) -> Any:
+    if job.target is None:
         return None
-    cls = registry.load("targets", spec["runtime"])
-    return cls(cls.Config(**spec["config"]))
+    cls = registry.load("targets", job.target.runtime)
+    return cls(cls.Config(**job.target.config))
 
 
-def _dataset_loaders(job: dict[str, Any], input_model: ModelArtifact | None, signature_of: Any) -> dict[str, Any]:
+def _dataset_loaders(job: WorkOrder, input_model: ModelArtifact | None, signature_of: Any) -> dict[str, Any]:
     from engine.core.data import Dataset  # numpy: only workers that touch data pay for it
 
     loaders = {}
-    for name, spec in (job.get("datasets") or {}).items():
-        if "path" in spec:
-            loaders[name] = lambda signature=None, path=spec["path"]: Dataset.load(Path(path))
+    for name, spec in job.datasets.items():
+        if spec.path is not None:
+            loaders[name] = lambda signature=None, path=spec.path: Dataset.load(Path(path))
         else:
-            cls = registry.load("datasources", spec["source"])
-            source = cls(cls.Config(**spec["config"]))
+            cls = registry.load("datasources", spec.source)
+            source = cls(cls.Config(**(spec.config or {})))
             loaders[name] = lambda signature=None, source=source: source.load(input_model, signature or signature_of()).apply_split(
                 source.config.split
             )
     return loaders
 
 
-def _measure(job: dict[str, Any], target: Any, reference: ModelArtifact, datasets: dict[str, Any], workdir: Path) -> Any:
+def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: dict[str, Any], workdir: Path) -> Any:
     """``ctx.measure`` for passes that validate their own work with the workflow's evaluators;
     the pass's input model is the reference (a quantizer is judged against what it was given)."""
     from engine.core.evaluator import EvalContext
 
     def measure(evaluation: str, model: ModelArtifact) -> Any:
-        spec = job["evaluations"].get(evaluation)
+        spec = job.evaluations.get(evaluation)
         if spec is None:
-            raise KilnError(f"step '{job['step_id']}' asked for evaluation '{evaluation}', which its config does not name")
+            raise KilnError(f"step '{job.step_id}' asked for evaluation '{evaluation}', which its config does not name")
         if target is None:
-            raise KilnError(f"step '{job['step_id']}' measures models, so it needs a target")
-        cls = registry.load("evaluators", spec["plugin"])
+            raise KilnError(f"step '{job.step_id}' measures models, so it needs a target")
+        cls = registry.load("evaluators", spec.plugin)
         ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=datasets)
-        return cls(cls.Config(**spec["config"])).evaluate(model, ctx)
+        return cls(cls.Config(**spec.config)).evaluate(model, ctx)
 
     return measure
 
 
-def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
+def _staging(job: WorkOrder) -> Path:
+    assert job.staging is not None, "the executor places every job"
+    return Path(job.staging)
+
+
+def run_pass(job: WorkOrder, store: Store) -> dict[str, Any]:
     from engine.core.passes import PassContext
 
-    cls = registry.load("passes", job["plugin"])
-    model = _artifact(job["model"])
+    cls = registry.load("passes", job.plugin)
+    model = job.model
     assert model is not None
-    staging = Path(job["staging"])
+    staging = _staging(job)
     workdir, output_dir = staging / "work", staging / "out"
     workdir.mkdir(parents=True, exist_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = _target(job)
-    input_model = _artifact(job.get("input_model"))
+    input_model = job.input_model
 
     def signature() -> Any:
         if target is None:
@@ -96,25 +97,25 @@ def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
 
     datasets = _dataset_loaders(job, input_model, signature)
     ctx = PassContext(
-        step_id=job["step_id"],
+        step_id=job.step_id or "",
         workdir=workdir,
         output_dir=output_dir,
         target=target,
         input_model=input_model,
         datasets=datasets,
         cache_dir=store.root / "passcache" / cls.name,
-        measure=_measure(job, target, model, datasets, workdir) if job.get("evaluations") else None,
+        measure=_measure(job, target, model, datasets, workdir) if job.evaluations else None,
     )
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)  # tools drop temporary files in the working directory
     started = time.perf_counter()
-    result = cls(cls.Config(**job["config"]))(model, ctx)
+    result = cls(cls.Config(**job.config))(model, ctx)
     duration = time.perf_counter() - started
     os.chdir(staging.parent)
     digest = store.publish(output_dir, result.model.format)
     record = {
         "kind": "pass",
-        "key_doc": job["key_doc"],
+        "key_doc": job.key_doc,
         "digest": digest,
         "format": result.model.format,
         "attrs": result.model.attrs,
@@ -122,20 +123,20 @@ def run_pass(job: dict[str, Any], store: Store) -> dict[str, Any]:
         "notes": result.notes,
         "duration_s": round(duration, 3),
     }
-    store.record(job["key"], record)
+    store.record(job.key, record)
     return record
 
 
-def run_eval(job: dict[str, Any], store: Store) -> dict[str, Any]:
+def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
     from engine.core.evaluator import EvalContext
 
-    cls = registry.load("evaluators", job["plugin"])
-    model = _artifact(job["model"])
+    cls = registry.load("evaluators", job.plugin)
+    model = job.model
     assert model is not None
-    reference = _artifact(job.get("reference"))
+    reference = job.reference
     target = _target(job)
-    input_model = _artifact(job.get("input_model"))
-    workdir = Path(job["staging"])
+    input_model = job.input_model
+    workdir = _staging(job)
     os.chdir(workdir)
 
     def signature() -> Any:
@@ -143,37 +144,37 @@ def run_eval(job: dict[str, Any], store: Store) -> dict[str, Any]:
 
     ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=_dataset_loaders(job, input_model, signature))
     started = time.perf_counter()
-    result = cls(cls.Config(**job["config"])).evaluate(model, ctx)
+    result = cls(cls.Config(**job.config)).evaluate(model, ctx)
     record = {
         "kind": "eval",
-        "key_doc": job["key_doc"],
+        "key_doc": job.key_doc,
         "values": result.values,
         "details": result.details,
         "samples": {name: sample.to_json() for name, sample in result.samples.items()},
         "duration_s": round(time.perf_counter() - started, 3),
     }
-    store.record(job["key"], record)
+    store.record(job.key, record)
     return record
 
 
-def run_dataset(job: dict[str, Any], store: Store) -> dict[str, Any]:
-    cls = registry.load("datasources", job["plugin"])
-    staging = Path(job["staging"])
+def run_dataset(job: WorkOrder, store: Store) -> dict[str, Any]:
+    cls = registry.load("datasources", job.plugin)
+    staging = _staging(job)
     out = staging / "out"
     out.mkdir(parents=True, exist_ok=True)
     os.chdir(staging)
-    config = cls.Config(**job["config"])
-    dataset = cls(config).load(_artifact(job.get("input_model"))).apply_split(config.split)
+    config = cls.Config(**job.config)
+    dataset = cls(config).load(job.input_model).apply_split(config.split)
     dataset.save(out / "dataset.npz")
     digest = store.publish(out, "dataset")
     record = {
         "kind": "dataset",
-        "key_doc": job["key_doc"],
+        "key_doc": job.key_doc,
         "digest": digest,
         "samples": len(dataset),
         "inputs": {k: list(v.shape) for k, v in dataset.inputs.items()},
     }
-    store.record(job["key"], record)
+    store.record(job.key, record)
     return record
 
 
@@ -218,13 +219,14 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     parent, deadline = os.environ.get("KILN_PARENT_PID"), os.environ.get("KILN_DEADLINE")
     _watch(int(parent) if parent else None, float(deadline) if deadline else None)
-    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    job = WorkOrder.from_json(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    store = Store(Path(job["store"]))
-    result_path = Path(job["result"])
+    assert job.store is not None and job.result is not None, "the executor places every job"
+    store = Store(Path(job.store))
+    result_path = Path(job.result)
     try:
-        record = RUNNERS[job["kind"]](job, store)
+        record = RUNNERS[job.kind](job, store)
         outcome: dict[str, Any] = {"ok": True, "record": record}
     except (KilnError, ValidationError, OSError) as error:
         log.error("%s", error)

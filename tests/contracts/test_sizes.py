@@ -15,14 +15,7 @@ PACKAGES = ("engine", "passes", "evaluators", "targets")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 #: files being split in a parallel change; this list empties once that change is merged
-ALLOWED = {
-    "engine/runner.py",
-    "engine/report.py",
-    "engine/select.py",
-    "engine/workflow/resolve.py",
-    "engine/workflow/parse.py",
-    "engine/workflow/source.py",
-}
+ALLOWED: set[str] = set()  # modules let off the rule while being split (none now)
 MODULES = sorted(p.relative_to(ROOT).as_posix() for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
 
 

@@ -1,0 +1,47 @@
+"""explain_plan: what `engine plan` shows, as data (per job hit/miss/blocked with its key and what
+changed, per candidate per evaluation hit/miss), computed without running anything."""
+
+from __future__ import annotations
+
+from engine_helpers import tiny_workflow, write_workflow
+
+from engine.plan_status import BLOCKED, HIT, MISS, explain_plan
+from engine.run import run_workflow
+from engine.store import Store
+from engine.workflow import load_workflow
+
+
+def _workflow(tiny_onnx, tag: str = "a") -> dict:
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["steps"] = [
+        {"id": "first", "pass": "copy", "config": {"tag": tag}},
+        {"id": "second", "pass": "copy", "after": "first", "config": {"tag": "b"}},
+    ]
+    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}]
+    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
+    return workflow
+
+
+def test_explain_plan_reports_misses_blocked_jobs_then_hits_and_what_changed(tmp_path, tiny_onnx, test_plugins):
+    path = write_workflow(tmp_path, _workflow(tiny_onnx))
+    store = Store(tmp_path / "store")
+
+    before = explain_plan(load_workflow(path), store)
+    assert [(j.label, j.depth, j.state) for j in before.jobs] == [("first", 0, MISS), ("second", 1, BLOCKED)]
+    assert before.jobs[0].key is not None and before.jobs[0].changed is None  # never run before
+    assert before.jobs[1].key is None
+    assert before.job_count == 2 and before.evaluations == 1
+    candidates = before.candidates["cpu"]
+    assert [(c.label, c.reference) for c in candidates] == [("input model", True), ("first → second", False)]
+    assert all(c.evaluations == {"fidelity": MISS} for c in candidates)
+
+    report = run_workflow(load_workflow(path), store)
+    after = explain_plan(load_workflow(path), store)
+    assert [j.state for j in after.jobs] == [HIT, HIT]
+    assert [j.key for j in after.jobs] == [report.jobs[j.job_id].key for j in after.jobs]  # the keys the run used
+    assert all(c.evaluations == {"fidelity": HIT} for c in after.candidates["cpu"])
+
+    write_workflow(tmp_path, _workflow(tiny_onnx, tag="c"))
+    changed = explain_plan(load_workflow(path), store)
+    assert [(j.state, j.changed) for j in changed.jobs] == [(MISS, ("config.tag",)), (BLOCKED, None)]
+    assert [c.evaluations for c in changed.candidates["cpu"]] == [{"fidelity": HIT}, {"fidelity": MISS}]
