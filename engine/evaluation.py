@@ -9,7 +9,7 @@ from typing import Any
 from engine.core.artifact import ModelArtifact
 from engine.datasets import Datasets
 from engine.jobs import EvalSpec
-from engine.results import CandidateResult
+from engine.results import CandidateResult, CandidateState
 from engine.select import cheap_violations
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -48,13 +48,13 @@ def evaluate(
             record, error = measure(spec, reference_model)
             why = None if record is not None else f"evaluation {spec.id} failed: {error}"
         if why is not None:
-            result.state, result.reason = "failed", why
+            result.state, result.reason = CandidateState.FAILED, why
             return
         assert record is not None
         result.metrics.update({f"{spec.id}.{name}": value for name, value in record["values"].items()})
         result.samples.update({f"{spec.id}.{name}": sample for name, sample in (record.get("samples") or {}).items()})
         result.details[spec.id] = record.get("details") or {}
-    result.state = "complete"
+    result.state = CandidateState.COMPLETE
 
 
 def _cannot_run(spec: EvalSpec, result: CandidateResult, reference: ModelArtifact | None, datasets: Datasets) -> str | None:

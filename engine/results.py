@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,31 @@ from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
 
+class JobStatus(StrEnum):
+    """How a pass job ended in this run (a str: records and events hold the value)."""
+
+    PENDING = "pending"
+    HIT = "hit"  # served from the store
+    RAN = "ran"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # its input failed
+
+
+class CandidateState(StrEnum):
+    """How a candidate ended (a str: candidates.json and events hold the value; the values are
+    also those of engine.core.search.TrialState, what the sampler is told)."""
+
+    PENDING = "pending"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    PRUNED = "pruned"
+
+
 @dataclass
 class JobState:
     job_id: str
     key: str | None = None
-    status: str = "pending"  # hit | ran | failed | skipped (its input failed)
+    status: JobStatus = JobStatus.PENDING
     artifact: ModelArtifact | None = None
     record: dict[str, Any] | None = None
     error: str | None = None
@@ -28,7 +49,7 @@ class JobState:
 class CandidateResult:
     candidate: Candidate
     label: str
-    state: str = "pending"  # complete | failed | pruned
+    state: CandidateState = CandidateState.PENDING
     reason: str | None = None
     model: ModelArtifact | None = None
     metrics: dict[str, float] = field(default_factory=dict)

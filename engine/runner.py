@@ -28,7 +28,7 @@ from engine.gate import Gate
 from engine.hooks import Fanout, Hooks, Tally
 from engine.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_ref
 from engine.planner import Candidate, Plan
-from engine.results import CandidateResult, JobState, RunReport, Stats
+from engine.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -130,12 +130,12 @@ class Runner:
         spec, state = self.plan.spec(job_id), self.jobs[job_id]
         parent = self.input if spec.parent is None else self.ensure_job(spec.parent, state.candidate).artifact
         if parent is None:
-            state.status = "skipped"
+            state.status = JobStatus.SKIPPED
             state.error = f"its input, {self.plan.jobs[spec.parent].label if spec.parent else 'the input'}, failed"
             return state
         unreadable = self.datasets.unreadable(spec.datasets)
         if unreadable:
-            state.status, state.error = "failed", unreadable
+            state.status, state.error = JobStatus.FAILED, unreadable
             return state
         key = spec.key(parent.digest, self.datasets.keys, self.input.digest)
         state.key = key[0]
@@ -144,10 +144,10 @@ class Runner:
             state.key, lambda: self._pass_order(spec, key, parent), spec.timeout_s, False, lambda: self.hooks.job_started(spec)
         )
         if fetched.status == "failed":
-            state.status, state.error = "failed", fetched.error
+            state.status, state.error = JobStatus.FAILED, fetched.error
             self.hooks.job_failed(spec, fetched.error)
             return state
-        state.status = "ran" if fetched.status == "ran" else "hit"
+        state.status = JobStatus.RAN if fetched.status == "ran" else JobStatus.HIT
         if fetched.status == "hit":
             self.hooks.job_cached(spec)
         else:
@@ -203,7 +203,7 @@ class Runner:
         self.hooks.candidate_done(result, measured=True)
         return result
 
-    def _why_not_built(self, candidate: Candidate, job_id: str) -> tuple[str, str]:
+    def _why_not_built(self, candidate: Candidate, job_id: str) -> tuple[CandidateState, str]:
         """A candidate whose job failed: ``failed`` where it ran the failing job, else ``pruned``."""
         while self.jobs[job_id].status == "skipped":  # its input failed: look at that one
             parent = self.plan.jobs[job_id].parent
@@ -211,8 +211,8 @@ class Runner:
             job_id = parent
         failed, label = self.jobs[job_id], self.plan.jobs[job_id].label
         if failed.candidate == candidate.id:
-            return "failed", f"step {label} failed: {failed.error}"
-        return "pruned", f"shares step {label}, which failed in candidate {failed.candidate}: {_first_line(failed.error)}"
+            return CandidateState.FAILED, f"step {label} failed: {failed.error}"
+        return CandidateState.PRUNED, f"shares step {label}, which failed in candidate {failed.candidate}: {_first_line(failed.error)}"
 
     def _measure(
         self, spec: EvalSpec, result: CandidateResult, reference: ModelArtifact | None
