@@ -153,6 +153,7 @@ def test_reserved_input_names_cannot_be_saved(tmp_path: Path) -> None:
 
 
 def test_the_worker_applies_the_split_after_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.jobs import WorkOrder
     from engine.store import Store
     from engine.worker import run_dataset
 
@@ -163,14 +164,14 @@ def test_the_worker_applies_the_split_after_loading(tmp_path: Path, monkeypatch:
     store = Store(tmp_path / "store").ensure()
     staging = tmp_path / "staging"
     staging.mkdir()
-    job = {
-        "plugin": "npz",
-        "staging": str(staging),
-        "config": {"source": "npz", "path": str(source), "labels": "y", "split": {"take": "first", "count": 3, "complement": True}},
-        "input_model": None,
-        "key": "k" * 64,
-        "key_doc": {},
-    }
+    job = WorkOrder(
+        kind="dataset",
+        key="k" * 64,
+        key_doc={},
+        plugin="npz",
+        config={"source": "npz", "path": str(source), "labels": "y", "split": {"take": "first", "count": 3, "complement": True}},
+        staging=str(staging),
+    )
     record = run_dataset(job, store)
     assert record["samples"] == 7
     saved = Dataset.load(store.object_path(record["digest"]) / "dataset.npz")
@@ -180,10 +181,12 @@ def test_the_worker_applies_the_split_after_loading(tmp_path: Path, monkeypatch:
 
 
 def test_the_worker_splits_signature_sources_too() -> None:
+    from engine.jobs import DatasetInput, WorkOrder
     from engine.worker import _dataset_loaders
 
-    spec = {"source": "synthetic", "config": {"source": "synthetic", "samples": 10, "split": {"take": "last", "count": 4}}}
-    loaders = _dataset_loaders({"datasets": {"s": spec}}, None, lambda: [TensorSpec("x", "float32", ("batch", 2))])
+    spec = DatasetInput(source="synthetic", config={"source": "synthetic", "samples": 10, "split": {"take": "last", "count": 4}})
+    order = WorkOrder(kind="eval", key="k" * 64, key_doc={}, plugin="fidelity", config={}, datasets={"s": spec})
+    loaders = _dataset_loaders(order, None, lambda: [TensorSpec("x", "float32", ("batch", 2))])
     data = loaders["s"]()
     whole = Synthetic(Synthetic.Config(source="synthetic", samples=10)).load(None, [TensorSpec("x", "float32", ("batch", 2))])
     assert len(data) == 4
