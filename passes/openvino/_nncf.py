@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nncf
 import numpy as np
@@ -21,6 +21,9 @@ import openvino as ov
 from engine.core import KilnError, ModelArtifact, PassContext
 from passes.openvino import _ir
 from targets.openvino import dtype_name, port_name, port_shape
+
+if TYPE_CHECKING:
+    from passes.openvino._base import QuantizeOptions
 
 
 @dataclass
@@ -80,6 +83,19 @@ def subset(size: int, available: int, notes: list[str]) -> int:
         notes.append(f"subset_size {size} is more than the {available} calibration samples: calibrated on all {available}")
         return available
     return size
+
+
+def quantize_arguments(cfg: QuantizeOptions, subset_size: int) -> dict[str, Any]:
+    """The arguments ``nncf.quantize`` and ``nncf.quantize_with_accuracy_control`` share, from the
+    options both passes take."""
+    return {
+        "preset": preset(cfg.preset),
+        "target_device": target_device(cfg.target_device),
+        "subset_size": subset_size,
+        "fast_bias_correction": cfg.fast_bias_correction,
+        "model_type": model_type(cfg.model_type),
+        "ignored_scope": None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
+    }
 
 
 def preset(name: str) -> Any:

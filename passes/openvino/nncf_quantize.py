@@ -57,12 +57,7 @@ class NncfQuantize(OpenVinoPass):
             quantized = nncf.quantize(
                 source.model,
                 nncf.Dataset(items),
-                preset=_nncf.preset(cfg.preset),
-                target_device=_nncf.target_device(cfg.target_device),
-                subset_size=subset_size,
-                fast_bias_correction=cfg.fast_bias_correction,
-                model_type=_nncf.model_type(cfg.model_type),
-                ignored_scope=None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
+                **_nncf.quantize_arguments(cfg, subset_size),
             )
         seconds = round(time.perf_counter() - started, 3)
         check_outputs_kept(source.model, quantized)

@@ -124,12 +124,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
                 validator,
                 max_drop=cfg.max_drop,
                 drop_type=nncf.DropType.ABSOLUTE if cfg.drop_type == "absolute" else nncf.DropType.RELATIVE,
-                preset=_nncf.preset(cfg.preset),
-                target_device=_nncf.target_device(cfg.target_device),
-                subset_size=subset_size,
-                fast_bias_correction=cfg.fast_bias_correction,
-                model_type=_nncf.model_type(cfg.model_type),
-                ignored_scope=None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
+                **_nncf.quantize_arguments(cfg, subset_size),
                 advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
                     max_num_iterations=cfg.max_num_iterations, num_ranking_workers=1
                 ),
