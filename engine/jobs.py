@@ -28,7 +28,7 @@ def named_options(cls: Any, config: dict[str, Any], kind: RefKind) -> tuple[str,
 
 
 @dataclass(frozen=True)
-class EvaluationRef:
+class MeasuringEvaluation:
     """A workflow evaluation a pass measures with (``ctx.measure``)."""
 
     plugin: str
@@ -39,7 +39,7 @@ class EvaluationRef:
         return {"plugin": self.plugin, "version": self.version, "config": self.config}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EvaluationRef:
+    def from_json(cls, data: dict[str, Any]) -> MeasuringEvaluation:
         return cls(plugin=data["plugin"], version=data.get("version", ""), config=data["config"])
 
 
@@ -144,7 +144,7 @@ class PassSpec:
     target: TargetRef | None = None  # set only for a target-dependent pass
     target_fingerprint: dict[str, Any] | None = field(default=None, compare=False)
     datasets: tuple[str, ...] = ()  # its own and those of the evaluations it measures with
-    evaluations: dict[str, EvaluationRef] = field(default_factory=dict, compare=False)
+    evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict, compare=False)
     timeout_s: float | None = None
 
     def key(self, input_digest: str, dataset_keys: dict[str, str], workflow_input: str) -> Key:
@@ -170,7 +170,7 @@ def pass_spec(
     evaluations = {}
     for eval_id in named_options(cls, config, RefKind.EVALUATION):
         entry = resolved.evaluators[eval_id]
-        evaluations[eval_id] = EvaluationRef(plugin=entry.name, version=entry.cls.version, config=entry.config)
+        evaluations[eval_id] = MeasuringEvaluation(plugin=entry.name, version=entry.cls.version, config=entry.config)
         datasets += [n for n in named_options(entry.cls, entry.config, RefKind.DATASET) if n not in datasets]
     return PassSpec(
         job_id=job_id,
@@ -211,7 +211,7 @@ class WorkOrder:
     input_model: ModelArtifact | None = None
     target: TargetRef | None = None
     datasets: dict[str, DatasetInput] = field(default_factory=dict)
-    evaluations: dict[str, EvaluationRef] = field(default_factory=dict)
+    evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict)
     # where it runs, set by the executor
     store: str | None = None
     staging: str | None = None
@@ -253,7 +253,7 @@ class WorkOrder:
             input_model=_artifact(data.get("input_model")),
             target=TargetRef.from_json(data["target"]) if data.get("target") else None,
             datasets={name: DatasetInput.from_json(spec) for name, spec in (data.get("datasets") or {}).items()},
-            evaluations={eval_id: EvaluationRef.from_json(ref) for eval_id, ref in (data.get("evaluations") or {}).items()},
+            evaluations={eval_id: MeasuringEvaluation.from_json(ref) for eval_id, ref in (data.get("evaluations") or {}).items()},
             store=data.get("store"),
             staging=data.get("staging"),
             result=data.get("result"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from engine_helpers import tiny_workflow, write_workflow
 
 from engine.core.artifact import ModelArtifact
-from engine.jobs import DatasetInput, EvaluationRef, TargetRef, WorkOrder
+from engine.jobs import DatasetInput, MeasuringEvaluation, TargetRef, WorkOrder
 from engine.planner import build_plan
 from engine.workflow import load_workflow
 
@@ -26,7 +26,7 @@ def test_a_work_order_round_trips_through_json(tmp_path):
         input_model=model,
         target=TargetRef(runtime="onnxruntime", config={"id": "cpu"}),
         datasets={"rows": DatasetInput(path="/x/dataset.npz"), "calib": DatasetInput(source="synthetic", config={"samples": 8})},
-        evaluations={"fidelity": EvaluationRef(plugin="fidelity", version="1", config={"data": "rows"})},
+        evaluations={"fidelity": MeasuringEvaluation(plugin="fidelity", version="1", config={"data": "rows"})},
     ).placed(tmp_path / "store", tmp_path / "store" / "tmp" / "pass-x")
     assert WorkOrder.from_json(order.to_json()) == order
     assert order.result == str(Path(order.staging or "") / "result.json")
