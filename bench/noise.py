@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _engine import engine_run
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,17 +45,8 @@ def hogs(count: int) -> Iterator[None]:
 
 def run_once(workflow: Path, folder: Path, loaded: bool, hog_count: int) -> dict[str, Any]:
     store, out = folder / "store", folder / "out"
-    started = time.perf_counter()
     with hogs(hog_count if loaded else 0):
-        done = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(store), "-o", str(out), "-q"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    wall = time.perf_counter() - started
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"engine run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        wall, _ = engine_run(workflow, store, out)
     records = json.loads((out / "candidates.json").read_text())["candidates"]
     chosen = [c for c in records if c["chosen"]]
     timed = [c for c in records if "latency" in (c.get("evaluations") or {}) and c["evaluations"]["latency"].get("details")]

@@ -14,27 +14,19 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _engine import engine_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = re.compile(r"passes: (\d+) run \(([\d.]+) s\), (\d+) cached · evaluations: (\d+) run \(([\d.]+) s\), (\d+) cached")
 
 
-def engine_run(workflow: Path, store: Path, out: Path) -> tuple[float, tuple[int, float, int, int, float, int]]:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(store), "-o", str(out), "-q"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.perf_counter() - started
+def summarized_run(workflow: Path, store: Path, out: Path) -> tuple[float, tuple[int, float, int, int, float, int]]:
+    wall, done = engine_run(workflow, store, out)
     match = SUMMARY.search(done.stdout)
-    if done.returncode not in (0, 1) or match is None:
+    if match is None:
         raise SystemExit(f"engine run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     groups = match.groups()
     return wall, (int(groups[0]), float(groups[1]), int(groups[2]), int(groups[3]), float(groups[4]), int(groups[5]))
@@ -47,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         store, out = Path(tmp) / "store", Path(tmp) / "out"
-        cold_wall, (p_run, p_s, _, e_run, e_s, _) = engine_run(args.workflow, store, out)
+        cold_wall, (p_run, p_s, _, e_run, e_s, _) = summarized_run(args.workflow, store, out)
         own = p_s + e_s
         print(f"workflow: {args.workflow.name}")
         print(f"cold run: wall {cold_wall:.1f} s · {p_run} passes ({p_s:.1f} s) + {e_run} evaluations ({e_s:.1f} s) = {own:.1f} s of work")
@@ -56,7 +48,7 @@ def main() -> None:
         )
         warm = []
         for _ in range(args.rounds):
-            wall, (p_run, _, p_hit, e_run, _, e_hit) = engine_run(args.workflow, store, out)
+            wall, (p_run, _, p_hit, e_run, _, e_hit) = summarized_run(args.workflow, store, out)
             if p_run or e_run:
                 raise SystemExit(f"a warm re-run ran {p_run} passes and {e_run} evaluations; expected none")
             warm.append(wall)
