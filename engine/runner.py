@@ -71,14 +71,10 @@ class Runner:
         self.jobs: dict[str, JobState] = {}
 
     # -- keys (`engine plan` computes the same ones in engine.plan_status) ------------------------
-    def compute_dataset_keys(self) -> dict[str, str]:
-        return self.datasets.keys
-
     def job_key(self, job_id: str, input_digest: str) -> Key:
         return self.plan.spec(job_id).key(input_digest, self.datasets.keys, self.input.digest)
 
-    def eval_key(self, entry: Any, model_digest: str, reference_digest: str | None, target_id: str) -> Key:
-        spec = entry if isinstance(entry, EvalSpec) else EvalSpec.of(entry)
+    def eval_key(self, spec: EvalSpec, model_digest: str, reference_digest: str | None, target_id: str) -> Key:
         fingerprint = self.plan.fingerprint(target_id)
         assert fingerprint is not None
         return spec.key(model_digest, reference_digest, fingerprint, self.datasets.keys, self._file_digest)

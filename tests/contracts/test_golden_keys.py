@@ -46,6 +46,7 @@ def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
     """Every key of a workflow's plan, by a readable name. A job's output digest is stood in by
     one derived from the job's own key, so keys downstream of jobs that have not run are pinned too."""
+    from engine.jobs import EvalSpec
     from engine.planner import build_plan
     from engine.runner import Runner
     from engine.store import Store
@@ -54,7 +55,7 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
     resolved = load_workflow(workflow)
     runner = Runner(resolved, Store(store_root), plan=build_plan(resolved))
     out: dict[str, str] = {f"input {runner.input.format}": runner.input.digest}
-    for name, key in sorted(runner.compute_dataset_keys().items()):
+    for name, key in sorted(runner.datasets.keys.items()):
         out[f"dataset {name}"] = key
     digests: dict[str, str] = {}
     for job_id in runner.plan.job_order():
@@ -74,7 +75,9 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
             model = digests[candidate.jobs[-1]] if candidate.jobs else runner.input.digest
             for entry in (e for e in resolved.evaluators.values() if e.candidates):
                 against = None if candidate.reference else reference_digest
-                out[f"eval {target} {runner.plan.label(candidate)} {entry.id}"] = runner.eval_key(entry, model, against, target)[0]
+                out[f"eval {target} {runner.plan.label(candidate)} {entry.id}"] = runner.eval_key(
+                    EvalSpec.of(entry), model, against, target
+                )[0]
     return out
 
 
