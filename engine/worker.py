@@ -54,7 +54,7 @@ def _dataset_loaders(job: WorkOrder, input_model: ModelArtifact | None, signatur
     return loaders
 
 
-def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: dict[str, Any], workdir: Path) -> Any:
+def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: dict[str, Any], workdir: Path, cache_root: Path) -> Any:
     """``ctx.measure`` for passes that validate their own work with the workflow's evaluators;
     the pass's input model is the reference (a quantizer is judged against what it was given)."""
     from engine.core.evaluator import EvalContext
@@ -66,7 +66,7 @@ def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: di
         if target is None:
             raise KilnError(f"step '{job.step_id}' measures models, so it needs a target")
         cls = registry.load("evaluators", spec.plugin)
-        ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=datasets)
+        ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=datasets, cache_dir=cache_root / spec.plugin)
         return cls(cls.Config(**spec.config)).evaluate(model, ctx)
 
     return measure
@@ -104,7 +104,7 @@ def run_pass(job: WorkOrder, store: Store) -> dict[str, Any]:
         input_model=input_model,
         datasets=datasets,
         cache_dir=store.root / "passcache" / cls.name,
-        measure=_measure(job, target, model, datasets, workdir) if job.evaluations else None,
+        measure=_measure(job, target, model, datasets, workdir, store.root / "evalcache") if job.evaluations else None,
     )
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)  # tools drop temporary files in the working directory
@@ -142,7 +142,13 @@ def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
     def signature() -> Any:
         return target.open_session(reference or model).inputs
 
-    ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=_dataset_loaders(job, input_model, signature))
+    ctx = EvalContext(
+        target=target,
+        workdir=workdir,
+        reference=reference,
+        datasets=_dataset_loaders(job, input_model, signature),
+        cache_dir=store.root / "evalcache" / cls.name,
+    )
     started = time.perf_counter()
     result = cls(cls.Config(**job.config)).evaluate(model, ctx)
     record = {

@@ -16,6 +16,7 @@ from pydantic import Field
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from engine.core.refs import DatasetRef
+from evaluators._refcache import MAX_BYTES, ReferenceOutputs, feeds_digest
 from evaluators._sessions import dataset, open_session, run_session, select_feeds
 
 if TYPE_CHECKING:
@@ -91,14 +92,12 @@ class Fidelity(Evaluator):
             }
             return MetricResult(values=values, details={"reference": True, "data": cfg.data, "dataset_size": len(data), "samples": count})
 
+        cache = self._reference_cache(ctx, data, count)
         candidate = open_session(ctx, model, "candidate")
         try:
-            reference = open_session(ctx, ctx.reference, "reference")
-            try:
-                names = self._outputs(candidate, reference)
+            with _Reference(ctx, cfg.data, cache) as reference:
+                names = self._outputs(candidate, reference.names)
                 tallies = self._compare(candidate, reference, names, data, count)
-            finally:
-                reference.close()
         finally:
             candidate.close()
 
@@ -129,13 +128,26 @@ class Fidelity(Evaluator):
             "mask_input": cfg.mask_input if cfg.mask_input in data.inputs else None,
             "worst_sample": {"index": worst, "cosine": per_sample[worst]},
             "target": ctx.target.id,
+            "reference_outputs": cache.status,
         }
         logger.debug("fidelity of %s: cosine mean %.6f over %d samples", model.digest[:12], values["cosine_mean"], count)
         return MetricResult(values=values, details=details, samples={"cosine_mean": Samples("mean", per_sample)})
 
-    def _outputs(self, candidate: Session, reference: Session) -> list[str]:
+    def _reference_cache(self, ctx: EvalContext, data: Any, count: int) -> ReferenceOutputs:
+        """The cache entry of the reference's outputs on exactly these feeds on this target."""
+        assert ctx.reference is not None
+        key_doc = {
+            "reference": ctx.reference.digest,
+            "target": ctx.target.fingerprint(),
+            "batch_size": self.config.batch_size,
+            "samples": count,
+            "feeds": feeds_digest(data.batches(self.config.batch_size, limit=count)),
+        }
+        return ReferenceOutputs(ctx.cache_dir, key_doc)
+
+    def _outputs(self, candidate: Session, reference_names: list[str]) -> list[str]:
         have = [spec.name for spec in candidate.outputs]
-        ref = {spec.name for spec in reference.outputs}
+        ref = set(reference_names)
         if self.config.outputs is not None:
             absent = [name for name in self.config.outputs if name not in have or name not in ref]
             if absent:
@@ -152,18 +164,59 @@ class Fidelity(Evaluator):
             )
         return shared
 
-    def _compare(self, candidate: Session, reference: Session, names: list[str], data: Any, count: int) -> dict[str, _Tally]:
+    def _compare(self, candidate: Session, reference: _Reference, names: list[str], data: Any, count: int) -> dict[str, _Tally]:
         cfg = self.config
         cand_index = {spec.name: i for i, spec in enumerate(candidate.outputs)}
-        ref_index = {spec.name: i for i, spec in enumerate(reference.outputs)}
         tallies = {name: _Tally() for name in names}
-        for batch in data.batches(cfg.batch_size, limit=count):
+        for index, batch in enumerate(data.batches(cfg.batch_size, limit=count)):
             cand_out = run_session(candidate, select_feeds(candidate.inputs, batch, cfg.data, "candidate"), "candidate")
-            ref_out = run_session(reference, select_feeds(reference.inputs, batch, cfg.data, "reference"), "reference")
+            ref_out = reference.outputs(index, batch)
             mask = batch.get(cfg.mask_input) if cfg.mask_input else None
             for name in names:
-                _accumulate(tallies[name], name, cand_out[cand_index[name]], ref_out[ref_index[name]], mask)
+                _accumulate(tallies[name], name, cand_out[cand_index[name]], ref_out[name], mask)
         return tallies
+
+
+class _Reference:
+    """The reference's outputs batch by batch: from the cache, or from a session opened on a
+    miss (whose outputs are then cached, once every batch has run)."""
+
+    def __init__(self, ctx: EvalContext, data_name: str, cache: ReferenceOutputs) -> None:
+        self.ctx, self.data_name, self.cache = ctx, data_name, cache
+        self.session: Session | None = None
+        self.cached: list[dict[str, np.ndarray]] | None = None
+        self.computed: list[dict[str, np.ndarray]] | None = []  # None: too large to keep
+        self.computed_bytes = 0
+        self.names: list[str] = []
+
+    def __enter__(self) -> _Reference:
+        loaded = self.cache.load()
+        if loaded is not None:
+            self.names, self.cached = loaded
+        else:
+            assert self.ctx.reference is not None
+            self.session = open_session(self.ctx, self.ctx.reference, "reference")
+            self.names = [spec.name for spec in self.session.outputs]
+        return self
+
+    def outputs(self, index: int, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.cached is not None:
+            return self.cached[index]
+        assert self.session is not None
+        results = run_session(self.session, select_feeds(self.session.inputs, batch, self.data_name, "reference"), "reference")
+        outputs = dict(zip(self.names, results, strict=True))
+        if self.computed is not None:
+            self.computed_bytes += sum(array.nbytes for array in outputs.values())
+            self.computed.append(outputs)
+            if self.computed_bytes > MAX_BYTES:  # not worth keeping: stream as without a cache
+                self.computed, self.cache.status = None, "too large"
+        return outputs
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if self.session is not None:
+            self.session.close()
+            if kind is None and self.computed is not None:
+                self.cache.save(self.names, self.computed)
 
 
 def _accumulate(tally: _Tally, name: str, candidate: np.ndarray, reference: np.ndarray, mask: np.ndarray | None) -> None:

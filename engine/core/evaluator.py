@@ -28,6 +28,9 @@ class EvalContext:
     #: the unoptimized model on the same target; None when evaluating the reference itself
     reference: ModelArtifact | None = None
     datasets: dict[str, Callable[[], Dataset]] = field(default_factory=dict)
+    #: a folder shared by every evaluation of this evaluator (across candidates and runs) for
+    #: results it keys itself by content, e.g. the reference's outputs on a dataset
+    cache_dir: Path | None = None
 
     def dataset(self, name: str) -> Dataset:
         try:

@@ -157,3 +157,40 @@ def test_a_dataset_lacking_a_model_input_is_an_evaluation_error(make_model, make
 def test_data_is_required() -> None:
     with pytest.raises(pydantic.ValidationError):
         Fidelity.Config()
+
+
+def _cached_ctx(make_ctx, reference, data, cache_dir):
+    ctx = make_ctx(reference=reference, d=data)
+    ctx.cache_dir = cache_dir
+    return ctx
+
+
+def test_the_reference_outputs_are_computed_once_and_served_from_the_cache(tmp_path, make_model, make_ctx, token_dataset) -> None:
+    reference = make_model(seed=0).artifact
+    candidate = make_model(seed=0, noise=0.05).artifact
+    data, cache = token_dataset(samples=6), tmp_path / "evalcache"
+    first = fidelity(batch_size=2).evaluate(candidate, _cached_ctx(make_ctx, reference, data, cache))
+    assert first.details["reference_outputs"] == "miss" and len(list(cache.glob("*.npz"))) == 1
+    # the reference model is gone: only the cache can answer, and it answers the same figures
+    for path in reference.path.rglob("*.onnx"):
+        path.unlink()
+    second = fidelity(batch_size=2).evaluate(candidate, _cached_ctx(make_ctx, reference, data, cache))
+    assert second.details["reference_outputs"] == "hit"
+    assert second.values == first.values
+
+
+def test_other_feeds_or_a_damaged_entry_recompute_the_reference(tmp_path, make_model, make_ctx, token_dataset) -> None:
+    reference = make_model(seed=0).artifact
+    candidate = make_model(seed=0, noise=0.05).artifact
+    cache = tmp_path / "evalcache"
+    first = fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, token_dataset(samples=4), cache))
+    other = fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, token_dataset(samples=5), cache))
+    assert other.details["reference_outputs"] == "miss" and len(list(cache.glob("*.npz"))) == 2
+    for entry in cache.glob("*.npz"):
+        entry.write_bytes(entry.read_bytes()[:-8] + b"12345678")  # flipped bytes: the checksum catches them
+    again = fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, token_dataset(samples=4), cache))
+    assert again.details["reference_outputs"] == "corrupt" and again.values == first.values
+    assert (
+        fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, token_dataset(samples=4), cache)).details["reference_outputs"]
+        == "hit"
+    )
