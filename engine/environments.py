@@ -310,7 +310,7 @@ def prepare(resolved: ResolvedWorkflow, store_root: Path, build: bool, hooks: An
 
 def _main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "probe":
-        print("usage: python -m engine.environments probe '{\"runtime\": ..., \"config\": {...}}'", file=sys.stderr)
+        print('usage: python -m engine.environments probe \'{"runtime": ..., "config": {...}}\'', file=sys.stderr)
         return 2
     request = json.loads(argv[1])
     print(json.dumps(_probe_here(request["runtime"], request["config"])))
