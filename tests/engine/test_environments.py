@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from engine.core.config import EnvironmentSpec
 from engine.core.errors import InputError, KilnError
 from engine.environments import MARKER, ensure, environment_library_versions, existing, failed_requirement
+from engine.run import run_workflow
+from engine.store import Store
 from engine.workflow import load_workflow
 
 OV_EP = ["onnxruntime-openvino==1.24.1"]
@@ -180,7 +182,7 @@ def test_a_failed_build_stops_the_run_with_exit_2(tmp_path, tiny_onnx):
     assert "building environment" in done.stdout
 
 
-def test_jobs_of_a_target_in_an_environment_run_there(tmp_path, tiny_onnx, ov_ep_env, envs_dir):
+def test_jobs_of_a_target_in_an_environment_run_there(tmp_path, tiny_onnx, ov_ep_env, envs_dir, monkeypatch):
     path = write_workflow(tmp_path, _ov_workflow(tiny_onnx, OV_EP))
     done = _cli("run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out"), envs=envs_dir)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -197,8 +199,24 @@ def test_jobs_of_a_target_in_an_environment_run_there(tmp_path, tiny_onnx, ov_ep
     resolved = load_workflow(path)
     from engine.environments import prepare
 
+    monkeypatch.setenv("KILN_ENVS_DIR", str(envs_dir))
     prepare(resolved, tmp_path / "store", build=False)
     fingerprint = resolved.targets["ov"].fingerprint
     assert fingerprint is not None and fingerprint["libraries"] == {"onnxruntime": "1.24.1"}
     assert fingerprint["environment"]["packages"] and fingerprint["options"]["environment"] == {"requirements": OV_EP}
     assert resolved.targets["ov"].availability.ok
+
+
+def test_a_step_with_an_environment_runs_its_pass_there(tmp_path, tiny_onnx, test_plugins, envs_dir, monkeypatch):
+    monkeypatch.setenv("KILN_ENVS_DIR", str(envs_dir))
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"] = [{"id": "where", "pass": "where", "environment": {"requirements": ["six==1.16.0"]}}]
+    workflow["evaluate"] = workflow["evaluate"][:1]
+    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
+    resolved = load_workflow(write_workflow(tmp_path, workflow))
+    report = run_workflow(resolved, Store(tmp_path / "store"))
+    (job,) = [state for state in report.jobs.values() if state.record]
+    spec = EnvironmentSpec(requirements=["six==1.16.0"])
+    assert job.record["details"] == {"prefix": str(envs_dir / spec.key()), "six": "1.16.0"}
+    assert job.record["key_doc"]["environment"]["requirements"] == ["six==1.16.0"]
+    assert job.record["key_doc"]["environment"]["packages"] == resolved.environments[spec.key()].packages
