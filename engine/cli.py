@@ -175,11 +175,26 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(str(error), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
+        notes = _environments(args, resolved)
         skipped = [f"{t.id} ({t.availability.reason})" for t in resolved.targets.values() if not t.availability.ok]
         note = f"; targets unavailable here: {', '.join(skipped)}" if skipped else ""
         print(f"{file}: valid ({len(resolved.steps)} steps, {len(resolved.targets)} targets, {len(resolved.evaluators)} evaluations){note}")
+        for line in notes:
+            print(f"  {line}")
         _print_code(resolved)
     return code
+
+
+def _environments(args: argparse.Namespace, resolved: Any) -> list[str]:
+    """Find the environments the workflow declares, without building any (engine run does):
+    targets in a built one are checked there; the notes name those not built yet."""
+    from engine.environments import prepare
+
+    if not any(getattr(t.instance.config, "environment", None) for t in resolved.targets.values()) and not any(
+        s.environment for s in resolved.steps.values()
+    ):
+        return []
+    return prepare(resolved, _store_dir(args, resolved), build=False)
 
 
 def _print_code(resolved: Any) -> None:
@@ -200,6 +215,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     resolved = load_workflow(args.workflow)
     _print_code(resolved)
+    for line in _environments(args, resolved):
+        print(line)
     print_plan(explain_plan(resolved, _open_store(args, resolved)), explain_misses=args.explain)
     return EXIT_OK
 

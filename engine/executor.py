@@ -116,7 +116,7 @@ class LocalExecutor:
         self._stop.set()
 
     def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
-        return run_worker_process(self.python, str(job_file), str(log_path), timeout_s, self._stop)
+        return run_worker_process(job.python or self.python, str(job_file), str(log_path), timeout_s, self._stop)
 
     def run(self, job: WorkOrder, timeout_s: float | None = None) -> Outcome:
         """Run ``job`` in a worker, unless another run sharing the store is building the same

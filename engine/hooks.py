@@ -16,6 +16,12 @@ from engine.results import CandidateResult, Stats
 
 
 class Hooks:
+    def environment_started(self, key: str, requirements: list[str]) -> None:
+        """A virtual environment a target or step needs is being built (engine.environments)."""
+
+    def environment_done(self, key: str, seconds: float) -> None:
+        """A virtual environment was built."""
+
     def dataset_started(self, name: str) -> None:
         """A dataset the store does not have is being read."""
 
@@ -122,6 +128,12 @@ class EventLog(Hooks):
     def write(self, kind: str, **fields: Any) -> None:
         self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")
         self.handle.flush()
+
+    def environment_started(self, key: str, requirements: list[str]) -> None:
+        self.write("environment_started", environment=key, requirements=list(requirements))
+
+    def environment_done(self, key: str, seconds: float) -> None:
+        self.write("environment_done", environment=key, seconds=round(seconds, 3))
 
     def dataset_started(self, name: str) -> None:
         self.write("dataset_start", name=name)

@@ -18,6 +18,7 @@ from engine import keys
 from engine.core.artifact import ModelArtifact
 from engine.core.refs import RefKind, referenced, references
 from engine.workflow.resolve import EvaluatorEntry, ResolvedWorkflow, Step
+from engine.workflow.resolve.model import BuiltEnvironment
 
 Key = tuple[str, dict[str, Any]]  # a key and the document it is the digest of
 
@@ -79,6 +80,22 @@ class DatasetInput:
 def target_ref(resolved: ResolvedWorkflow, target_id: str) -> TargetRef:
     entry = resolved.targets[target_id]
     return TargetRef(runtime=entry.cls.runtime, config=entry.instance.config.to_json())
+
+
+def target_python(resolved: ResolvedWorkflow, target_id: str) -> str | None:
+    """The interpreter of the environment the target lives in (None: the engine's own)."""
+    environment = getattr(resolved.targets[target_id].instance.config, "environment", None)
+    built = resolved.environments.get(environment.key()) if environment is not None else None
+    return built.python if built is not None else None
+
+
+def _step_environment(resolved: ResolvedWorkflow, step: Step) -> tuple[dict[str, Any] | None, BuiltEnvironment | None]:
+    """What a step's own environment adds to its key (its requirements and, once built, the hash
+    of its frozen package list), and the built environment."""
+    if step.environment is None:
+        return None, None
+    built = resolved.environments.get(step.environment.key())
+    return {"requirements": list(step.environment.requirements), "packages": built.packages if built else None}, built
 
 
 @dataclass(frozen=True)
@@ -146,13 +163,17 @@ class PassSpec:
     datasets: tuple[str, ...] = ()  # its own and those of the evaluations it measures with
     evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict, compare=False)
     timeout_s: float | None = None
+    #: the step's own environment as its key names it (None: the step declares none)
+    environment: dict[str, Any] | None = field(default=None, compare=False)
+    #: the interpreter its worker runs with: the step's environment's, else its target's (None: the engine's)
+    python: str | None = field(default=None, compare=False)
 
     def key(self, input_digest: str, dataset_keys: dict[str, str], workflow_input: str) -> Key:
         data = {name: dataset_keys[name] for name in self.datasets}
         if RefKind.INPUT_MODEL in references(self.pass_cls.Config):
             data["workflow input"] = workflow_input
         evaluations = {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()}
-        return keys.pass_key(self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations)
+        return keys.pass_key(self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations, self.environment)
 
 
 def pass_spec(
@@ -172,6 +193,8 @@ def pass_spec(
         entry = resolved.evaluators[eval_id]
         evaluations[eval_id] = MeasuringEvaluation(plugin=entry.name, version=entry.cls.version, config=entry.config)
         datasets += [n for n in named_options(entry.cls, entry.config, RefKind.DATASET) if n not in datasets]
+    environment, built = _step_environment(resolved, step)
+    python = built.python if built is not None else (target_python(resolved, target) if target else None)
     return PassSpec(
         job_id=job_id,
         step_id=step.id,
@@ -185,6 +208,8 @@ def pass_spec(
         datasets=tuple(dict.fromkeys(datasets)),
         evaluations=evaluations,
         timeout_s=step.timeout_s or cls.default_timeout_s,
+        environment=environment,
+        python=python,
     )
 
 
@@ -212,6 +237,7 @@ class WorkOrder:
     target: TargetRef | None = None
     datasets: dict[str, DatasetInput] = field(default_factory=dict)
     evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict)
+    python: str | None = None  # the interpreter of the environment it runs in (None: the engine's)
     # where it runs, set by the executor
     store: str | None = None
     staging: str | None = None
@@ -234,6 +260,7 @@ class WorkOrder:
             "target": self.target.to_json() if self.target else None,
             "datasets": {name: spec.to_json() for name, spec in self.datasets.items()},
             "evaluations": {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()},
+            "python": self.python,
             "store": self.store,
             "staging": self.staging,
             "result": self.result,
@@ -254,6 +281,7 @@ class WorkOrder:
             target=TargetRef.from_json(data["target"]) if data.get("target") else None,
             datasets={name: DatasetInput.from_json(spec) for name, spec in (data.get("datasets") or {}).items()},
             evaluations={eval_id: MeasuringEvaluation.from_json(ref) for eval_id, ref in (data.get("evaluations") or {}).items()},
+            python=data.get("python"),
             store=data.get("store"),
             staging=data.get("staging"),
             result=data.get("result"),

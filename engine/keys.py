@@ -27,8 +27,11 @@ def pass_key(
     data: dict[str, str],
     target: dict[str, Any] | None,
     evaluations: dict[str, Any] | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    doc_extra = {"evaluations": evaluations} if evaluations else {}
+    doc_extra: dict[str, Any] = {"evaluations": evaluations} if evaluations else {}
+    if environment is not None:  # the step's own environment; absent otherwise, so other keys stay
+        doc_extra["environment"] = environment
     return _key(
         {
             **doc_extra,

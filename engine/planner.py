@@ -102,7 +102,8 @@ class Plan:
         if target is None:
             return None
         if target not in self._fingerprints:
-            self._fingerprints[target] = self.resolved.targets[target].instance.fingerprint()
+            entry = self.resolved.targets[target]
+            self._fingerprints[target] = entry.fingerprint or entry.instance.fingerprint()
         return self._fingerprints[target]
 
     def spec(self, job_id: str) -> PassSpec:

@@ -51,7 +51,9 @@ class RayExecutor(LocalExecutor):
         return options
 
     def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
-        ref = self._remote.options(**self._options(job)).remote(self.python or sys.executable, str(job_file), str(log_path), timeout_s)
+        ref = self._remote.options(**self._options(job)).remote(
+            job.python or self.python or sys.executable, str(job_file), str(log_path), timeout_s
+        )
         try:
             return self.ray.get(ref)
         except BaseException:

@@ -36,6 +36,12 @@ class Progress(Hooks):
         if not self.quiet:
             console.print(f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim] {text}")
 
+    def environment_started(self, key: str, requirements: list[str]) -> None:
+        self._line(f"building environment {key[:12]} ({', '.join(requirements)})…")
+
+    def environment_done(self, key: str, seconds: float) -> None:
+        self._line(f"environment {key[:12]} built in {seconds:.1f} s")
+
     def dataset_started(self, name: str) -> None:
         self._line(f"dataset {name}: reading")
 

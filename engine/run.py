@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.environments import prepare
 from engine.hooks import Hooks
 from engine.results import RunReport
 from engine.runner import Runner
@@ -26,6 +27,7 @@ def run_workflow(
     """Run the search the workflow asks for (cache first), then rank the candidates."""
     started = time.perf_counter()
     store.ensure().clean_stale_staging()  # what killed runs left half-written
+    prepare(resolved, store.root, build=True, hooks=hooks)  # before any job: its targets are checked in them
     runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
     runner.materialize_datasets()
     search(runner)

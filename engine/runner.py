@@ -26,7 +26,7 @@ from engine.evaluation import candidate_evaluations, evaluate
 from engine.executor import LocalExecutor
 from engine.gate import Gate
 from engine.hooks import Fanout, Hooks, Tally
-from engine.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_ref
+from engine.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_python, target_ref
 from engine.planner import Candidate, Plan
 from engine.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
 from engine.store import Store
@@ -168,6 +168,7 @@ class Runner:
             target=spec.target,
             datasets=self.datasets.inputs(spec.datasets),
             evaluations=spec.evaluations,
+            python=spec.python,
         )
 
     # -- candidates -----------------------------------------------------------------------------
@@ -233,6 +234,7 @@ class Runner:
                 input_model=self.input,
                 target=target_ref(self.resolved, target),
                 datasets=self.datasets.inputs(spec.datasets),
+                python=target_python(self.resolved, target),
             )
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
 """Names a person chooses (workflow, step, target, evaluation): they also name files and folders,
@@ -62,3 +63,47 @@ def library_versions(distributions: tuple[str, ...] | list[str]) -> dict[str, st
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def _requirement(text: str) -> str:
+    """A PEP 508 requirement, normalized (``Six == 1.16`` → ``six==1.16``)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as error:
+        raise ValueError(f"{text!r} is not a valid requirement (PEP 508): {error}") from None
+    requirement.name = canonicalize_name(requirement.name)
+    return str(requirement)
+
+
+class EnvironmentSpec(StrictConfig):
+    """A virtual environment a target's or a step's jobs run in (engine.environments builds it)."""
+
+    requirements: list[Annotated[str, AfterValidator(_requirement)]] = Field(
+        min_length=1,
+        description="PEP 508 requirements installed into the environment (e.g. onnxruntime-openvino==1.24.1); Kiln and the main environment's packages stay importable behind them.",
+    )
+
+    @field_validator("requirements", mode="after")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+    def key(self, python: str | None = None, platform: str | None = None) -> str:
+        """sha256 of (sorted normalized requirements, Python major.minor, platform tag): one
+        environment per key. ``python``/``platform`` default to this interpreter's."""
+        import hashlib
+        import sys
+        import sysconfig
+
+        document = {
+            "requirements": sorted(set(self.requirements)),
+            "python": python or f"{sys.version_info.major}.{sys.version_info.minor}",
+            "platform": platform or sysconfig.get_platform(),
+        }
+        return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+    def not_built(self) -> str:
+        return f"environment {self.key()[:12]} not built yet (built by engine run)"

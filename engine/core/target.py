@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from engine.core.config import ID_PATTERN, StrictConfig, library_versions
+from engine.core.config import ID_PATTERN, EnvironmentSpec, StrictConfig, library_versions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +34,17 @@ class TargetConfig(StrictConfig):
         default=None,
         description="Resources a cluster executor requests for this target's jobs, e.g. {GPU: 1} or a custom {intel_cpu: 1}. Not part of the fingerprint.",
     )
+    environment: EnvironmentSpec | None = Field(
+        default=None,
+        description="Run this target's sessions and target-dependent passes in a virtual environment with these requirements (built once by `engine run`, e.g. {requirements: [onnxruntime-openvino==1.24.1]}).",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """As StrictConfig's; ``environment`` appears only when set, so targets without one keep their keys."""
+        data = super().to_json()
+        if data.get("environment") is None:
+            data.pop("environment", None)
+        return data
 
 
 @dataclass(frozen=True)

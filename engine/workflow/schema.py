@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from engine.core.config import ID_PATTERN
+from engine.core.config import ID_PATTERN, EnvironmentSpec
 
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
 
@@ -110,6 +110,10 @@ class StepSpec(_Strict):
         gt=0,
         le=MAX_SECONDS,
         description="Fail the step (and its candidates) after this many seconds (default: the pass's own, shown by `engine passes NAME`).",
+    )
+    environment: EnvironmentSpec | None = Field(
+        default=None,
+        description="Run this step's pass in a virtual environment with these requirements (built once by `engine run`).",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import shutil
+import sys
 import time
 
 from engine.core import ModelArtifact, Pass, PassConfig, PassContext, PassResult
@@ -62,3 +63,14 @@ class Copy(_OnnxToOnnx):
         shutil.copy(model.model_file, ctx.output_dir / "model.onnx")
         (ctx.output_dir / "tag.txt").write_text(self.config.tag)
         return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir), details={"tag": self.config.tag})
+
+
+class Where(Copy):
+    name = "where"
+    summary = "copies its input and says which Python environment it ran in"
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        result = super().run(model, ctx)
+        import six  # type: ignore[import-untyped]  # only the step's environment has it
+
+        return PassResult(model=result.model, details={"prefix": sys.prefix, "six": six.__version__})

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core.config import StrictConfig
+from engine.core.config import EnvironmentSpec, StrictConfig
 from engine.core.search import SearchDim
 from engine.core.target import Availability, Target
 from engine.workflow.schema import Workflow
@@ -34,6 +34,18 @@ class Step:
     filled: dict[str, str] = field(default_factory=dict)
     #: ``config`` as the pass's ``Config`` instance (``config`` is its JSON, what keys hash)
     typed_config: StrictConfig | None = None
+    #: the virtual environment its pass runs in (engine.environments), if any
+    environment: EnvironmentSpec | None = None
+
+
+@dataclass(frozen=True)
+class BuiltEnvironment:
+    """A built virtual environment jobs run in (made by engine.environments)."""
+
+    key: str
+    requirements: tuple[str, ...]
+    python: str  # its interpreter
+    packages: str  # sha256 of its frozen package list
 
 
 @dataclass
@@ -42,6 +54,8 @@ class TargetEntry:
     cls: Any
     instance: Target
     availability: Availability
+    #: the target's fingerprint measured inside its environment (None: ``instance.fingerprint()``)
+    fingerprint: dict[str, Any] | None = None
 
 
 @dataclass
@@ -73,6 +87,8 @@ class ResolvedWorkflow:
     targets: dict[str, TargetEntry]
     evaluators: dict[str, EvaluatorEntry]
     datasets: dict[str, DataEntry]
+    #: the environments built for its targets and steps, by key (engine.environments.prepare)
+    environments: dict[str, BuiltEnvironment] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

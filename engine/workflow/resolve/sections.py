@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from engine import registry
 from engine.core.errors import Problem
 from engine.core.refs import RefKind, reference_fields
+from engine.core.target import Availability
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.checks import dataset_refs
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, TargetEntry
@@ -82,6 +83,10 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
         problems.extend(problems_from_validation(error, source, where, cls.Config, f"runtime '{cls.runtime}'"))
         return None
     instance = cls(config)
+    if config.environment is not None:  # checked inside the environment (engine.environments.prepare)
+        return TargetEntry(
+            id=config.id, cls=cls, instance=instance, availability=Availability(ok=False, reason=config.environment.not_built())
+        )
     return TargetEntry(id=config.id, cls=cls, instance=instance, availability=instance.availability())
 
 

@@ -56,6 +56,7 @@ def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: Wo
         targets=spec.targets,
         optional=spec.optional,
         timeout_s=spec.timeout_s,
+        environment=spec.environment,
         filled=filled,
         typed_config=typed,
     )

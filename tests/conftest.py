@@ -1,0 +1,29 @@
+"""Fixtures shared by every test folder (each folder's own conftest adds its own)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+OV_EP_REQUIREMENTS = ["onnxruntime-openvino==1.24.1"]
+
+
+@pytest.fixture(scope="session")
+def envs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tests' isolated environments live: ``$KILN_ENVS_DIR`` (CI caches it between
+    runs), else one folder for the whole test session, so each environment is built once."""
+    configured = os.environ.get("KILN_ENVS_DIR")
+    return Path(configured) if configured else tmp_path_factory.mktemp("envs")
+
+
+@pytest.fixture(scope="session")
+def ov_ep_env(envs_dir: Path) -> Path:
+    """The python of an environment holding the onnxruntime-openvino wheel (its ``onnxruntime``
+    module has the OpenVINO execution provider), with Kiln importable: built once per session."""
+    from engine.core.config import EnvironmentSpec
+    from engine.environments import ensure
+
+    built = ensure(EnvironmentSpec(requirements=OV_EP_REQUIREMENTS), envs_dir)
+    return Path(built.python)
