@@ -9,7 +9,19 @@
 Nothing here imports onnxruntime at module import.
 """
 
+from targets.onnxruntime import eps, placement, tensorrt
 from targets.onnxruntime.eps import CPU, CUDA, TENSORRT
 from targets.onnxruntime.target import OnnxRuntimeSession, OnnxRuntimeTarget, catalog_report, numpy_dtype_name
 
-__all__ = ["CPU", "CUDA", "TENSORRT", "OnnxRuntimeSession", "OnnxRuntimeTarget", "catalog_report", "numpy_dtype_name"]
+__all__ = [
+    "CPU",
+    "CUDA",
+    "TENSORRT",
+    "OnnxRuntimeSession",
+    "OnnxRuntimeTarget",
+    "catalog_report",
+    "eps",
+    "numpy_dtype_name",
+    "placement",
+    "tensorrt",
+]

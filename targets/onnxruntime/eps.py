@@ -131,6 +131,8 @@ CATALOG: tuple[EpInfo, ...] = (
 
 _BY_NAME = {ep.name: ep for ep in CATALOG}
 _BY_ALIAS = {ep.alias: ep for ep in CATALOG}
+#: words users write for an EP that are not its alias: suggested, not accepted
+_OTHER_WORDS = {"trt": TENSORRT, "ov": OPENVINO, "directml": "DmlExecutionProvider", "gpu": CUDA}
 
 
 def lookup(name: str) -> EpInfo | None:
@@ -147,9 +149,10 @@ def normalize(name: str) -> str:
         return known.name
     stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
     stems = {ep.name[: -len(SUFFIX)].lower(): ep for ep in CATALOG}
-    close = difflib.get_close_matches(stem.lower(), [*stems, *_BY_ALIAS], n=1, cutoff=0.75)
+    words = {**stems, **_BY_ALIAS, **{word: _BY_NAME[full] for word, full in _OTHER_WORDS.items()}}
+    close = difflib.get_close_matches(stem.lower(), list(words), n=1, cutoff=0.75)
     if close:
-        ep = stems.get(close[0]) or _BY_ALIAS[close[0]]
+        ep = words[close[0]]
         raise ValueError(f"unknown execution provider '{name}': did you mean '{ep.name}' (alias '{ep.alias}')?")
     if name.endswith(SUFFIX) and len(stem) > 0:
         return name  # a plugin EP, declared by its full name

@@ -26,6 +26,11 @@ def prepare(options: Any, providers: list[str], allow_fallback: bool) -> None:
         options.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
 
 
+def refused_cpu_fallback(error: BaseException) -> bool:
+    """Whether session creation failed because nodes needed the CPU EP while it was disabled."""
+    return "fallback to CPU EP has been explicitly disabled" in str(error)
+
+
 def placement_of(session: Any) -> dict[str, int] | None:
     """Nodes per EP, from onnxruntime's graph-assignment record (None where this onnxruntime
     cannot say)."""

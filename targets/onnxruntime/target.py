@@ -346,6 +346,11 @@ class OnnxRuntimeTarget(Target):
                 return onnxruntime.InferenceSession(path, options)
             return onnxruntime.InferenceSession(path, options, providers=providers, provider_options=provider_options)
         except _runtime_errors() as error:
+            if placement.refused_cpu_fallback(error):
+                raise TargetUnavailable(
+                    f"target '{self.id}': some nodes can run on none of {', '.join(providers)} and CPU fallback is off "
+                    f"(onnxruntime: {error}); add {CPU} to providers, or {placement.OPT_OUT}"
+                ) from error
             raise KilnError(f"onnxruntime could not load {path}: {type(error).__name__}: {error}") from error
 
 
