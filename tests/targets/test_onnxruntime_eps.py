@@ -62,7 +62,7 @@ def test_a_near_miss_is_an_error_with_did_you_mean(written: str, meant: str) -> 
 
 
 def test_a_word_that_is_no_provider_is_an_error_listing_the_aliases() -> None:
-    with pytest.raises(pydantic.ValidationError, match="alias.*cuda.*tensorrt"):
+    with pytest.raises(pydantic.ValidationError, match=r"alias.*cuda.*tensorrt"):
         make_target(providers=["fast"])
 
 
@@ -190,7 +190,7 @@ def test_the_cpu_target_records_full_placement(two_node_model: ModelArtifact) ->
 def test_cpu_fallback_is_disabled_when_the_cpu_ep_is_not_listed(two_node_model: ModelArtifact) -> None:
     options = make_target(providers=["azure"]).session_options()
     assert options.get_session_config_entry(placement.DISABLE_CPU_FALLBACK) == "1"
-    with pytest.raises(TargetUnavailable, match="CPU fallback is off.*add CPUExecutionProvider"):
+    with pytest.raises(TargetUnavailable, match=r"CPU fallback is off.*add CPUExecutionProvider"):
         make_target(providers=["azure"]).open_session(two_node_model)
     # listing the CPU EP, or allowing fallback, leaves onnxruntime's fallback alone
     for target in (make_target(providers=["azure", "cpu"]), make_target(providers=["azure"], allow_fallback=True)):
