@@ -223,7 +223,13 @@ def _plugin_state(onnxruntime: Any, name: str) -> tuple[bool, str | None]:
         return True, None
     dist = registered[name]
     version = next((p.version for p in plugin_distributions() if p.distribution == dist), "?")
-    return True, f"the plugin EP from {dist} {version} registered but offers no device on this host (get_ep_devices lists none for it)"
+    hint = ""
+    if name == OPENVINO:  # the plugin's devices are Intel CPUs, GPUs and NPUs
+        hint = "; OpenVINO's plugin offers Intel devices only: use the onnxruntime-openvino wheel in an isolated `environment:`, or the `openvino` runtime"
+    return (
+        True,
+        f"the plugin EP from {dist} {version} registered but offers no device on this host (get_ep_devices lists none for it){hint}",
+    )
 
 
 def availability_of(onnxruntime: Any, name: str) -> str | None:
