@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import difflib
+import functools
 import importlib
 import platform
 import shutil
@@ -170,9 +171,8 @@ class PluginEp:
     module: str
 
 
-def plugin_distributions() -> list[PluginEp]:
-    """Installed ``onnxruntime-ep-*`` distributions (each exposes ``get_library_path()`` and
-    ``get_ep_names()`` in its top-level module)."""
+@functools.lru_cache(maxsize=1)
+def _scan_distributions() -> tuple[PluginEp, ...]:
     found: dict[str, PluginEp] = {}
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
@@ -180,7 +180,13 @@ def plugin_distributions() -> list[PluginEp]:
             continue
         top = (dist.read_text("top_level.txt") or "").split()
         found[name] = PluginEp(name, dist.version, top[0] if top else name.replace("-", "_"))
-    return sorted(found.values(), key=lambda plugin: plugin.distribution)
+    return tuple(sorted(found.values(), key=lambda plugin: plugin.distribution))
+
+
+def plugin_distributions() -> list[PluginEp]:
+    """Installed ``onnxruntime-ep-*`` distributions (each exposes ``get_library_path()`` and
+    ``get_ep_names()`` in its top-level module); scanned once per process."""
+    return list(_scan_distributions())
 
 
 _registered: dict[str, str] = {}  # EP name → distribution, for this process

@@ -248,3 +248,14 @@ def test_the_cache_folder_is_made_under_the_targets_cache_dir(
     engines = Path(options[0]["trt_engine_cache_path"])
     assert engines.is_dir() and engines.parent.parent == tmp_path / "tensorrt"
     assert options[0]["device_id"] == 0 and options[1] == {}
+
+
+@pytest.mark.skipif(not eps.plugin_distributions(), reason="no onnxruntime-ep-* package installed here")
+def test_installed_plugin_eps_register_and_say_whether_they_offer_a_device() -> None:
+    import onnxruntime
+
+    registered = eps.register_plugins(onnxruntime)
+    assert registered, "an onnxruntime-ep-* package is installed but registered no EP"
+    for name, distribution in registered.items():
+        problem = eps.availability_of(onnxruntime, name)
+        assert problem is None or distribution in problem
