@@ -52,8 +52,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
-        listing = sub.add_parser(kind, help=f"list the {kind if kind != 'data' else 'data sources'}, or show one's options")
-        listing.add_argument("name", nargs="?")
+        what = "data sources" if kind == "data" else kind
+        extra = " (with the execution providers usable here), or a workflow's targets' availability" if kind == "targets" else ""
+        listing = sub.add_parser(kind, help=f"list the {what}, or show one's options{extra}")
+        listing.add_argument("name", nargs="?", help="a workflow file for `targets`" if kind == "targets" else None)
     return parser
 
 
@@ -279,13 +281,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
 
 
+def _is_workflow_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml", ".json")) or Path(name).is_file()
+
+
 def _cmd_list(kind: str, name: str | None) -> int:
     from engine import registry
-    from engine.report import print_plugin, print_plugins
+    from engine.report import print_host_reports, print_plugin, print_plugins, print_target_availability
 
     registry_kind = "datasources" if kind == "data" else kind
+    if kind == "targets" and name is not None and _is_workflow_file(name):
+        from engine.workflow import load_workflow
+
+        print_target_availability(load_workflow(Path(name)))
+        return EXIT_OK
     if name is None:
         print_plugins(registry_kind)
+        if kind == "targets":
+            print_host_reports()
         return EXIT_OK
     try:
         cls = registry.load(registry_kind, name)
@@ -293,6 +306,8 @@ def _cmd_list(kind: str, name: str | None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print_plugin(registry_kind, cls)
+    if kind == "targets":
+        print_host_reports(name)
     return EXIT_OK
 
 

@@ -305,3 +305,40 @@ def print_plugin(kind: str, cls: Any) -> None:
     space = getattr(cls, "search_space", {})
     if space:
         console.print("  searchable: " + ", ".join(f"{k} {v.to_json()}" for k, v in space.items()))
+
+
+def print_host_reports(only: str | None = None) -> None:
+    """Per runtime family that lists its backends (onnxruntime's execution providers), which
+    of them can run on this host and, where not, precisely why."""
+    for name in registry.names("targets"):
+        if only is not None and name != only:
+            continue
+        try:
+            rows = registry.load("targets", name).host_report()
+        except KilnError:
+            continue  # print_plugins already said it cannot load
+        if not rows:
+            continue
+        table = Table(title=f"{name}: on this host", title_justify="left")
+        for column in ("backend", "here", "why not / provided by"):
+            table.add_column(column, overflow="fold")
+        for backend, ok, why in rows:
+            table.add_row(backend, "[green]yes[/green]" if ok else "[red]no[/red]", why)
+        console.print(table)
+
+
+def print_target_availability(resolved: Any) -> None:
+    """Each target a workflow declares: runtime, options that pick the device, and whether it
+    runs here (with the reason when not)."""
+    table = Table(title=f"targets of {resolved.name}", title_justify="left")
+    for column in ("target", "runtime", "device", "here", "why not"):
+        table.add_column(column, overflow="fold")
+    for target_id, entry in resolved.targets.items():
+        config = entry.instance.config
+        device = getattr(config, "device", "")
+        providers = getattr(config, "providers", None)
+        if providers:
+            device = f"{device} ({', '.join(providers)})"
+        ok = entry.availability.ok
+        table.add_row(target_id, entry.cls.runtime, device, "[green]yes[/green]" if ok else "[red]no[/red]", entry.availability.reason)
+    console.print(table)

@@ -35,7 +35,10 @@ def _target(job: WorkOrder) -> Any:
     if job.target is None:
         return None
     cls = registry.load("targets", job.target.runtime)
-    return cls(cls.Config(**job.target.config))
+    target = cls(cls.Config(**job.target.config))
+    # where the target keeps what it compiles (TensorRT engines, ...), beside the store's objects
+    target.cache_dir = Path(job.store) / "targetcache" / job.target.runtime if job.store else None
+    return target
 
 
 def _dataset_loaders(job: WorkOrder, input_model: ModelArtifact | None, signature_of: Any) -> dict[str, Any]:

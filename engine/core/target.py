@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
@@ -94,12 +95,22 @@ class Target(ABC):
     accepts: ClassVar[tuple[str, ...]]
     libraries: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, config: TargetConfig) -> None:
+    def __init__(self, config: TargetConfig, cache_dir: Path | None = None) -> None:
         self.config = config
+        #: a folder in the store where the target may keep what it compiles (engines, caches),
+        #: set by the worker; None means no cache
+        self.cache_dir = cache_dir
 
     @property
     def id(self) -> str:
         return self.config.id
+
+    @classmethod
+    def host_report(cls) -> list[tuple[str, bool, str]]:
+        """What this runtime family could run on here, one row per backend (e.g. execution
+        provider): (name, usable here, why not or what provides it). Empty when there is no such
+        list; ``engine targets`` prints it."""
+        return []
 
     @abstractmethod
     def availability(self) -> Availability:

@@ -89,3 +89,13 @@ def test_a_worker_dies_with_a_killed_engine(tmp_path, tiny_onnx, test_plugins):
     for worker in alive:
         worker.kill()
     assert not alive, "a worker outlived its engine"
+
+
+def test_a_workers_target_gets_a_cache_folder_in_the_store(tmp_path):
+    from engine.jobs import TargetRef, WorkOrder
+    from engine.worker import _target
+
+    ref = TargetRef(runtime="onnxruntime", config={"id": "cpu", "runtime": "onnxruntime"})
+    job = WorkOrder(kind="eval", key="k", key_doc={}, plugin="latency", config={}, target=ref, store=str(tmp_path))
+    assert _target(job).cache_dir == tmp_path / "targetcache" / "onnxruntime"
+    assert _target(WorkOrder(kind="eval", key="k", key_doc={}, plugin="latency", config={}, target=ref)).cache_dir is None
