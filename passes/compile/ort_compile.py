@@ -109,8 +109,6 @@ class OrtCompile(OnnxPass):
     def _details(self, before: Any, out_dir: Path, providers: dict[str, Any], messages: list[str], seconds: float) -> dict[str, Any]:
         import onnx
 
-        from passes.quantize.onnx_facts import file_bytes
-
         compiled = onnx.load(str(out_dir / MODEL_FILE), load_external_data=False)
         counts = qualified_op_counts(compiled)
         contexts = [node for node in compiled.graph.node if node.op_type == EP_CONTEXT]
@@ -124,7 +122,7 @@ class OrtCompile(OnnxPass):
             "nodes_before": sum(qualified_op_counts(before).values()),
             "nodes_after": sum(counts.values()),
             "op_counts_after": counts,
-            "files": {path.name: file_bytes(path) for path in sorted(out_dir.iterdir()) if path.is_file()},
+            "files": {path.name: path.stat().st_size for path in sorted(out_dir.iterdir()) if path.is_file()},
             "library_warnings": messages,
             "seconds": seconds,
         }
