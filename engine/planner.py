@@ -85,7 +85,7 @@ class Plan:
     # -- the DAG --------------------------------------------------------------------------------
     def job(self, parent: str | None, step: Step, params: dict[str, Any], target: str) -> str:
         config = {**step.config, **params}
-        job_target = target if step.pass_cls.target_dependent else None
+        job_target = target if step.pass_cls.depends_on_target(config) else None
         identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": job_target})
         if identity not in self.jobs:
             spec = pass_spec(

@@ -32,6 +32,8 @@ BUILTIN: dict[str, dict[str, str]] = {
         "nncf_quantize": "passes.openvino.nncf_quantize:NncfQuantize",
         "nncf_quantize_accuracy": "passes.openvino.nncf_quantize_accuracy:NncfQuantizeAccuracy",
         "nncf_compress_weights": "passes.openvino.nncf_compress_weights:NncfCompressWeights",
+        "ort_serialize": "passes.compile.ort_serialize:OrtSerialize",
+        "ort_compile": "passes.compile.ort_compile:OrtCompile",
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",

@@ -19,6 +19,12 @@ says it was measured under load and how wide its interval is.
 The usual figures (mean, percentiles, throughput of the candidate) are still reported, from all
 of the candidate's timed runs. The reference itself is timed the same way, alone (speedup 1).
 
+Start-up is measured too, as metrics of their own: ``startup_ms`` is the first session creation of
+the candidate in this evaluation (cold: the runtime reads, optimizes or compiles the model for the
+first time in this process; the details say whether this worker had opened the model before), and
+``startup_warm_ms`` the median of the later creations (one per block of rounds, topped up to
+``WARM_STARTS`` with extra creations). ``load_ms`` is kept as it was (the first creation).
+
 numpy is imported inside functions: the engine imports this module at validate time to read
 ``Config``, and ``engine --help`` must stay fast.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
@@ -42,6 +49,12 @@ if TYPE_CHECKING:
     from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
+
+#: session creations after the first that the warm start-up time is the median of (at least)
+WARM_STARTS = 3
+
+#: digests of the models this process has opened for timing: a model opened before is not cold
+_OPENED: set[str] = set()
 
 
 class Latency(Evaluator):
@@ -65,6 +78,8 @@ class Latency(Evaluator):
         "max_ms",
         "throughput_per_s",
         "load_ms",
+        "startup_ms",
+        "startup_warm_ms",
         "speedup",
         "speedup_low",
         "speedup_high",
@@ -144,7 +159,8 @@ class Latency(Evaluator):
         compared = cfg.compare and ctx.reference is not None
         rounds = Rounds(cfg, arms=2 if compared else 1)
         first: Arm | None = None
-        load_ms = 0.0
+        cold = model.digest not in _OPENED
+        starts_ms: list[float] = []  # every creation of the candidate's session, the first one first
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
             opened: list[Session] = []
@@ -152,8 +168,8 @@ class Latency(Evaluator):
                 started = time.perf_counter_ns()
                 candidate = open_session(ctx, model, "candidate")
                 opened.append(candidate)
-                if first is None:
-                    load_ms = (time.perf_counter_ns() - started) / 1e6
+                starts_ms.append((time.perf_counter_ns() - started) / 1e6)
+                _OPENED.add(model.digest)
                 arms = [Arm("candidate" if compared else "model", candidate, feeds_for(candidate, cfg, batch))]
                 if compared:
                     assert ctx.reference is not None
@@ -170,14 +186,20 @@ class Latency(Evaluator):
             if rounds.enough():
                 break
         assert first is not None
-        return self._result(rounds, first, load_ms, ctx, batch is not None)
+        while len(starts_ms) < WARM_STARTS + 1:
+            started = time.perf_counter_ns()
+            open_session(ctx, model, "candidate").close()
+            starts_ms.append((time.perf_counter_ns() - started) / 1e6)
+        startup = Startup(starts_ms[0], starts_ms[1:], cold)
+        return self._result(rounds, first, startup, ctx, batch is not None)
 
-    def _result(self, rounds: Rounds, cand: Arm, load_ms: float, ctx: EvalContext, from_data: bool) -> MetricResult:
+    def _result(self, rounds: Rounds, cand: Arm, startup: Startup, ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
 
         cfg = self.config
+        load_ms = startup.first_ms
         ms = np.asarray(rounds.times_ns[-1], dtype=np.float64) / 1e6
-        values, samples = self._values(rounds, ms, load_ms, ctx)
+        values, samples = self._values(rounds, ms, startup, ctx)
         p50 = values["p50_ms"]
         compared = rounds.arms == 2
         feeds = cand.feeds
@@ -203,6 +225,7 @@ class Latency(Evaluator):
             "total_s": float(ms.sum()) / 1e3,
             "min_time_s": cfg.min_time_s,
             "load_ms": load_ms,
+            "startup": startup.to_json(),
             "session": dict(cand.session.details),
             "target": ctx.target.id,
         }
@@ -219,7 +242,7 @@ class Latency(Evaluator):
         )
         return MetricResult(values=values, details=details, samples=samples)
 
-    def _values(self, rounds: Rounds, ms: np.ndarray, load_ms: float, ctx: EvalContext) -> tuple[dict[str, float], dict[str, Samples]]:
+    def _values(self, rounds: Rounds, ms: np.ndarray, startup: Startup, ctx: EvalContext) -> tuple[dict[str, float], dict[str, Samples]]:
         """The figures of the candidate's timed runs (``ms``), and the speedup over the reference."""
         import numpy as np
 
@@ -236,7 +259,9 @@ class Latency(Evaluator):
             "min_ms": float(ms.min()),
             "max_ms": float(ms.max()),
             "throughput_per_s": cfg.batch_size / (mean / 1e3) if mean > 0 else float("inf"),
-            "load_ms": load_ms,
+            "load_ms": startup.first_ms,
+            "startup_ms": startup.first_ms,
+            "startup_warm_ms": startup.warm_ms,
             "rounds": float(len(rounds.kept)),
             "others_cores": rounds.mean_others(),
         }
@@ -256,6 +281,31 @@ class Latency(Evaluator):
             # the reference itself: speedup 1 by definition (a candidate timed alone has none)
             values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_p50_ms": p50}
         return values, samples
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Session creation times of the candidate: the first one (``startup_ms``) and the later ones
+    (their median is ``startup_warm_ms``)."""
+
+    first_ms: float
+    later_ms: list[float]
+    cold: bool  # no session of this model was opened for timing in this process before
+
+    @property
+    def warm_ms(self) -> float:
+        import numpy as np
+
+        return float(np.median(self.later_ms))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cold_ms": self.first_ms,
+            "cold": self.cold,
+            "warm_ms": self.warm_ms,
+            "warm_count": len(self.later_ms),
+            "warm_samples_ms": [round(value, 3) for value in self.later_ms],
+        }
 
 
 def _sequence_length(feeds: dict[str, np.ndarray], default: int) -> int:

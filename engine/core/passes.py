@@ -124,6 +124,14 @@ class Pass(ABC):
         return result
 
     @classmethod
+    def depends_on_target(cls, config: dict[str, Any]) -> bool:
+        """Whether a job of this pass with ``config`` (its options) is made for the target it is
+        planned for: the job then gets the target and its key holds the target's fingerprint.
+        ``target_dependent`` answers for every config; a pass whose output depends on the target
+        only with some options sets ``target_dependent`` and overrides this."""
+        return cls.target_dependent
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         """Metadata and the config schema, for ``engine passes NAME`` and the docs."""
         return {

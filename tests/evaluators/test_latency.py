@@ -128,3 +128,28 @@ def test_importing_the_evaluators_imports_no_runtime() -> None:
     code = "import sys, evaluators.latency, evaluators.fidelity; print(sorted(m for m in ('numpy', 'onnxruntime', 'transformers') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_startup_is_reported_cold_and_warm(make_model, make_ctx) -> None:
+    from evaluators import latency as latency_module
+
+    model = make_model().artifact
+    latency_module._OPENED.discard(model.digest)
+    result = latency(runs=10, runs_per_round=5, min_rounds=2, sessions=1, warmup=0).evaluate(model, make_ctx())
+    v, startup = result.values, result.details["startup"]
+    assert {"startup_ms", "startup_warm_ms"} <= set(Latency.metrics)
+    assert v["startup_ms"] > 0 and v["startup_warm_ms"] > 0
+    assert v["startup_ms"] == v["load_ms"] == startup["cold_ms"]  # load_ms keeps its meaning: the first creation
+    assert startup["cold"] is True
+    # one block of rounds opened one session: the warm figure is topped up with extra creations
+    assert startup["warm_count"] == latency_module.WARM_STARTS == len(startup["warm_samples_ms"])
+    assert startup["warm_ms"] == v["startup_warm_ms"] == pytest.approx(float(np.median(startup["warm_samples_ms"])), rel=1e-3)
+    again = latency(runs=10, runs_per_round=5, min_rounds=2, sessions=1, warmup=0).evaluate(model, make_ctx())
+    assert again.details["startup"]["cold"] is False  # this process opened the model before
+
+
+def test_warm_startup_uses_every_block_of_rounds(make_model, make_ctx) -> None:
+    result = latency(runs=20, runs_per_round=2, min_rounds=5, sessions=5, warmup=0, precision=0.9).evaluate(
+        make_model().artifact, make_ctx()
+    )
+    assert result.details["startup"]["warm_count"] >= max(result.details["sessions"] - 1, 3)

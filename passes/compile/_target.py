@@ -1,0 +1,45 @@
+"""The onnxruntime execution providers (and their options) of the target a pass is planned for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.core import PassContext
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class Providers:
+    names: list[str]
+    options: list[dict[str, str]] = field(default_factory=list)  # one mapping per name
+
+    def session_options(self, onnxruntime: Any, base: Any | None = None) -> Any:
+        """``SessionOptions`` with every provider added in order (``add_provider``)."""
+        options = base if base is not None else onnxruntime.SessionOptions()
+        for name, provider_options in zip(self.names, self.options, strict=True):
+            options.add_provider(name, provider_options)
+        return options
+
+    def to_json(self) -> dict[str, Any]:
+        return {"providers": self.names, "provider_options": self.options}
+
+
+def target_providers(ctx: PassContext) -> Providers:
+    """The providers and provider options of ``ctx.target`` when it runs onnxruntime, else the CPU
+    provider alone. Option values are given to onnxruntime as strings, as its API takes them."""
+    target = ctx.target
+    config = getattr(target, "config", None)
+    if target is None or getattr(target, "runtime", None) != "onnxruntime" or not getattr(config, "providers", None):
+        return Providers([CPU], [{}])
+    names = [str(name) for name in config.providers]
+    given = getattr(config, "provider_options", None) or [{} for _ in names]
+    options = [{str(key): _text(value) for key, value in (entry or {}).items()} for entry in given]
+    return Providers(names, options)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return str(value)

@@ -1,0 +1,139 @@
+"""EP compilation: the model compiled ahead of time for the target's execution provider.
+
+onnxruntime's compile API (``onnxruntime.ModelCompiler``) lets an execution provider that compiles
+subgraphs (OpenVINO, TensorRT, QNN, ...) do that work once, offline, and store the result in
+``EPContext`` nodes: a session that opens the compiled model loads the provider's blob instead of
+compiling again, which is the start-up win. The blob is embedded in the node (``embed: true``) or
+written beside the model (``model_<Provider>.bin``, in the artifact's folder, so it travels with
+it). Nodes the provider does not take stay ordinary ONNX nodes.
+
+The pass compiles for the providers of the target it is planned for, with the target's provider
+options (the OpenVINO EP needs ``device_type``, e.g. CPU, and compiles for that device), so it is
+target-dependent. A compiled model loads only with that provider (and the same library version:
+the OpenVINO EP checks the OpenVINO SDK version written into the node). Compiling for providers
+that take no node is an error that says so (``ERROR_IF_NO_NODES_COMPILED``): the CPU provider
+compiles nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from engine.core import KilnError, ModelArtifact, PassConfig, PassContext, PassResult
+from passes.common.graph_tools import qualified_op_counts, quiet_library
+from passes.common.onnx_io import MODEL_FILE, OnnxPass
+from passes.common.pass_io import onnx_output, open_onnx_input, require
+from passes.compile._target import CPU, target_providers
+
+EP_CONTEXT = "EPContext"
+
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+class OrtCompile(OnnxPass):
+    name = "ort_compile"
+    summary = (
+        "Compile the model ahead of time for the target's execution provider (OpenVINO, TensorRT, QNN...) with onnxruntime's "
+        "compile API: an EPContext model that starts without compiling; the blob embedded or beside the model."
+    )
+    version = "1"
+    accepts = ("onnx",)
+    produces = "onnx"
+    target_dependent = True
+    libraries = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")
+
+    class Config(PassConfig):
+        embed: bool = Field(
+            False,
+            description=(
+                "Embed the compiled blob in the EPContext node (true) or write it beside the model as model_<Provider>.bin in the "
+                "artifact's folder (false: the model file stays small, and blobs over 2 GB are possible)."
+            ),
+        )
+        graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
+            "disable",
+            description="onnxruntime graph optimizations applied before the provider compiles (onnxruntime's default for compiling: disable).",
+        )
+
+    config: Config
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        (onnxruntime,) = require("onnxruntime", self.name, "onnxruntime")
+        if not hasattr(onnxruntime, "ModelCompiler"):
+            raise KilnError(f"onnxruntime {onnxruntime.__version__} has no compile API (onnxruntime.ModelCompiler, from 1.22)")
+        cfg = self.config
+        providers = target_providers(ctx)
+        compiling = [name for name in providers.names if name != CPU]
+        if not compiling:
+            raise KilnError(
+                f"ort_compile compiles for a target's execution provider, and the target's providers are {', '.join(providers.names)}: "
+                "the CPU execution provider compiles nothing. Plan the step for a target with a compiling provider (OpenVINO, TensorRT, QNN...)."
+            )
+        available = list(onnxruntime.get_available_providers())
+        missing = [name for name in compiling if name not in available]
+        if missing:
+            raise KilnError(
+                f"execution provider {', '.join(missing)} is not in onnxruntime {onnxruntime.__version__} here (available: {', '.join(available)})"
+            )
+        given = open_onnx_input(model, ctx)
+        out_dir = Path(ctx.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out_file = out_dir / MODEL_FILE
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        providers.session_options(onnxruntime, options)
+        compiler = onnxruntime.ModelCompiler(
+            options,
+            str(given.source),
+            embed_compiled_data_into_model=cfg.embed,
+            flags=onnxruntime.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED,
+            graph_optimization_level=getattr(onnxruntime.GraphOptimizationLevel, _LEVELS[cfg.graph_optimization_level]),
+        )
+        started = time.perf_counter()
+        with quiet_library() as messages:
+            try:
+                compiler.compile_to_file(str(out_file))
+            except Exception as error:
+                if "unable to compile any nodes" in str(error).lower():
+                    raise KilnError(
+                        f"no node of the model was compiled: {', '.join(compiling)} took none of it (onnxruntime: {error})"
+                    ) from error
+                raise
+        seconds = round(time.perf_counter() - started, 3)
+        return onnx_output(model, ctx, self._details(given.graph, out_dir, providers.to_json(), list(messages), seconds), [])
+
+    def _details(self, before: Any, out_dir: Path, providers: dict[str, Any], messages: list[str], seconds: float) -> dict[str, Any]:
+        import onnx
+
+        compiled = onnx.load(str(out_dir / MODEL_FILE), load_external_data=False)
+        counts = qualified_op_counts(compiled)
+        contexts = [node for node in compiled.graph.node if node.op_type == EP_CONTEXT]
+        sources = sorted({onnx.helper.get_attribute_value(a).decode() for n in contexts for a in n.attribute if a.name == "source"})
+        return {
+            **providers,
+            "embed": self.config.embed,
+            "graph_optimization_level": self.config.graph_optimization_level,
+            "ep_context_nodes": len(contexts),
+            "compiled_by": sources,
+            "nodes_before": sum(qualified_op_counts(before).values()),
+            "nodes_after": sum(counts.values()),
+            "op_counts_after": counts,
+            "files": {path.name: path.stat().st_size for path in sorted(out_dir.iterdir()) if path.is_file()},
+            "library_warnings": messages,
+            "seconds": seconds,
+        }
+
+    def check_output(self, result: PassResult, ctx: PassContext) -> None:
+        # the compiled model is written by the onnxruntime that loads it (its IR version is that
+        # runtime's own), so only the checker and the EPContext nodes are checked here
+        import onnx
+
+        super(OnnxPass, self).check_output(result, ctx)
+        model = onnx.load(str(result.model.model_file), load_external_data=False)
+        onnx.checker.check_model(model)
+        if not any(node.op_type == EP_CONTEXT for node in model.graph.node):
+            raise ValueError("the compiled model has no EPContext node")
