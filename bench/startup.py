@@ -24,14 +24,12 @@ table gives medians over repetitions and the ratio to the plain model of the sam
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shlex
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -124,23 +122,14 @@ def serialize(plain: Path, folder: Path, level: str, ort_format: bool = False) -
 
 
 def openvino_env(given: Path | None, cache: Path) -> Path:
-    """The Python of an environment with onnxruntime-openvino and Kiln importable."""
+    """The Python of an environment with onnxruntime-openvino and Kiln importable: the one named,
+    else Kiln's own isolated environment for that requirement (built once, as `engine run` does)."""
     if given is not None:
         return given / "bin" / "python"
-    env_dir = cache / "ort-openvino"
-    python = env_dir / "bin" / "python"
-    if python.exists():
-        return python
-    uv = str(Path(sys.executable).with_name("uv"))
-    wheel = next(iter(sorted(glob.glob("/tmp/ovw/onnxruntime_openvino-*.whl"))), "onnxruntime-openvino==1.24.1")
-    print(f"building {env_dir} with {wheel} ...", flush=True)
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(env_dir)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), wheel], check=True)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
-    )
-    Path(site.stdout.strip(), "kiln.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
-    return python
+    from engine.core.config import EnvironmentSpec
+    from engine.environments import ensure
+
+    return Path(ensure(EnvironmentSpec(requirements=["onnxruntime-openvino==1.24.1"]), cache).python)
 
 
 _COMPILE = r"""

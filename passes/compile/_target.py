@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core import PassContext
+from engine.core import ModelArtifact, PassContext
 
 CPU = "CPUExecutionProvider"
 
@@ -26,15 +26,21 @@ class Providers:
         return {"providers": self.names, "provider_options": self.options}
 
 
-def target_providers(ctx: PassContext) -> Providers:
+def target_providers(ctx: PassContext, model: ModelArtifact | None = None) -> Providers:
     """The providers and provider options of ``ctx.target`` when it runs onnxruntime, else the CPU
-    provider alone. Option values are given to onnxruntime as strings, as its API takes them."""
+    provider alone. Option values are given to onnxruntime as strings, as its API takes them.
+    Given the ``model``, the target's derived options come too (TensorRT's typed options and its
+    engine / timing cache folder in the store, keyed by the model's digest)."""
     target = ctx.target
     config = getattr(target, "config", None)
     if target is None or getattr(target, "runtime", None) != "onnxruntime" or not getattr(config, "providers", None):
         return Providers([CPU], [{}])
     names = [str(name) for name in config.providers]
     given = getattr(config, "provider_options", None) or [{} for _ in names]
+    if model is not None and hasattr(target, "provider_options_for"):
+        import onnxruntime
+
+        given = target.provider_options_for(model, onnxruntime.__version__) or given
     options = [{str(key): _text(value) for key, value in (entry or {}).items()} for entry in given]
     return Providers(names, options)
 

@@ -66,7 +66,7 @@ class OrtCompile(OnnxPass):
         if not hasattr(onnxruntime, "ModelCompiler"):
             raise KilnError(f"onnxruntime {onnxruntime.__version__} has no compile API (onnxruntime.ModelCompiler, from 1.22)")
         cfg = self.config
-        providers = target_providers(ctx)
+        providers = target_providers(ctx, model)
         compiling = [name for name in providers.names if name != CPU]
         if not compiling:
             raise KilnError(

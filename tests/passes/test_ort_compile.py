@@ -3,19 +3,15 @@
 Stock onnxruntime (this environment) has no provider that compiles: here the pass must refuse
 clearly. The real compilation runs with the OpenVINO EP of the onnxruntime-openvino wheel, which
 replaces the onnxruntime module and so lives in a virtual environment of its own, built once per
-test session with uv; the checks run in a subprocess with that environment's Python (Kiln and this
+test session by engine.environments (tests/conftest.py); the checks run in a subprocess with that environment's Python (Kiln and this
 environment's packages importable there through a .pth file).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import subprocess
-import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -29,10 +25,6 @@ from passes.compile.ort_compile import OrtCompile
 from targets.onnxruntime import OnnxRuntimeTarget
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the wheel: a local copy where there is one (no network), else the PyPI requirement
-OPENVINO_WHEEL = os.environ.get(
-    "KILN_ORT_OPENVINO", next(iter(sorted(glob.glob("/tmp/ovw/onnxruntime_openvino-*.whl"))), "onnxruntime-openvino==1.24.1")
-)
 #: what onnxruntime-openvino 1.24.1 says when it opens an EPContext model it compiled itself on an
 #: AMD EPYC host (embedded or external blob, compile API or ep.context_enable alike); the model
 #: compiles, and the same model uncompiled runs on the OpenVINO EP
@@ -99,22 +91,10 @@ def test_is_target_dependent() -> None:
 
 
 @pytest.fixture(scope="session")
-def openvino_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Python of a virtual environment with onnxruntime-openvino, Kiln and this environment's
-    packages importable (appended after the environment's own, so its onnxruntime wins)."""
-    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    if not Path(uv).exists():
-        pytest.skip("uv is not installed (pip install uv): it builds the OpenVINO EP environment")
-    env_dir = tmp_path_factory.mktemp("ort-openvino") / "venv"
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(env_dir)], check=True, capture_output=True)
-    python = env_dir / "bin" / "python"
-    built = subprocess.run([uv, "pip", "install", "-q", "--python", str(python), OPENVINO_WHEEL], capture_output=True, text=True)
-    assert built.returncode == 0, f"installing {OPENVINO_WHEEL} failed:\n{built.stderr}"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
-    )
-    Path(site.stdout.strip(), "kiln.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
-    return python
+def openvino_python(ov_ep_env: Path) -> Path:
+    """Python of Kiln's isolated environment with onnxruntime-openvino (tests/conftest.py builds it
+    once per session with engine.environments, as `engine run` does for a target that declares it)."""
+    return ov_ep_env
 
 
 def in_openvino_env(python: Path, tmp_path: Path, body: str) -> dict[str, object]:
