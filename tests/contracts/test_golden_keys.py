@@ -69,6 +69,8 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
             walker = runner.plan.jobs[walker].parent
         out[f"pass {job.target or '-'} {' > '.join(reversed(chain))}"] = key
     for target in resolved.targets:
+        if target in runner.plan.skipped_targets:  # unavailable here (an environment not built): nothing to key
+            continue
         reference = runner.plan.reference(target)
         reference_digest = None if reference is None else (digests[reference.jobs[-1]] if reference.jobs else runner.input.digest)
         for candidate in runner.plan.candidates_of(target):

@@ -120,6 +120,14 @@ def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store
     assert ort_chosen["intervals"]["fidelity.cosine_mean"]["low"] >= 0.99
     accuracy_controlled = [c for c in by_target["ov-cpu"] if any(s["pass"] == "nncf_quantize_accuracy" for s in c["steps"])]
     assert accuracy_controlled and all(c["state"] == "complete" for c in accuracy_controlled)
+    # ONNX Runtime's OpenVINO execution provider, from the onnxruntime-openvino wheel in the
+    # isolated environment the run built: every node placed on OpenVINO, none fell back to CPU
+    ep_reference = next(c for c in records if c["target"] == "ort-openvino" and c["reference"])
+    assert ep_reference["state"] == "complete" and ep_reference["chosen"], ep_reference
+    session = ep_reference["evaluations"]["latency"]["details"]["session"]
+    assert session["providers"][0] == "OpenVINOExecutionProvider" and session["ep_coverage"] == 1.0
+    assert set(session["placement"]) == {"OpenVINOExecutionProvider"}
+    assert session["onnxruntime_version"] == "1.24.1"  # the environment's onnxruntime, not the main one
     import openvino
 
     # the chosen model runs on OpenVINO: an IR, or the ONNX export itself where converting won nothing (an AVX2 host)
