@@ -27,7 +27,11 @@ def pass_key(
     data: dict[str, str],
     target: dict[str, Any] | None,
     evaluations: dict[str, Any] | None = None,
+    facet: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
+    """``target``: the fingerprint a target-dependent pass's key names; ``facet``: the part of
+    the target another pass's output depends on with this config (``Pass.target_facet``; None:
+    the key names no target, as for every pass before facets existed)."""
     doc_extra = {"evaluations": evaluations} if evaluations else {}
     return _key(
         {
@@ -38,7 +42,7 @@ def pass_key(
             "config": config,
             "input": input_digest,
             "data": data,
-            "target": target if pass_cls.target_dependent else None,
+            "target": target if pass_cls.target_dependent else facet,
             "libraries": library_versions(pass_cls.libraries),
         }
     )
