@@ -171,19 +171,15 @@ class OrtFusion(OnnxPass):
         from passes.quantize.onnx_facts import prune_unused_opsets
 
         cfg = self.config
-        target = ort_target(ctx)
-        # null = from the target (the engine resolves it when it plans the job; a pass run by hand
-        # reads it here); the optimizer's provider comes from a GPU target, else the library's default
-        use_gpu = cfg.use_gpu if cfg.use_gpu is not None else _optimizer_provider(target) is not None
-        provider = _optimizer_provider(target) if use_gpu else None
+        use_gpu, provider = _gpu_choice(cfg.use_gpu, ort_target(ctx))
         opt_level = self._opt_level(optimizer, use_gpu, provider)
         num_heads, hidden_size, source_of_sizes = self._sizes(ctx)
         given = open_onnx_input(model, ctx)
         source, before = given.source, given.graph
         counts_in = qualified_op_counts(before)
-
         started = time.perf_counter()
         fusion_options = self._fusion_options(fusion.FusionOptions)
+        options = {"opt_level": opt_level, "use_gpu": use_gpu, "provider": provider, "only_onnxruntime": cfg.only_onnxruntime}
         with quiet_library() as messages:
             fused = optimizer.optimize_model(
                 str(source),
@@ -191,10 +187,7 @@ class OrtFusion(OnnxPass):
                 num_heads=num_heads,
                 hidden_size=hidden_size,
                 optimization_options=fusion_options,
-                opt_level=opt_level,
-                use_gpu=use_gpu,
-                only_onnxruntime=cfg.only_onnxruntime,
-                provider=provider,
+                **options,
             )
             statistics = fused.get_fused_operator_statistics()
         seconds = round(time.perf_counter() - started, 3)
@@ -360,6 +353,14 @@ class OrtFusion(OnnxPass):
             "softmax_after": softmax_out,
             "heads_not_detected": any("Failed to detect num_heads" in m for m in messages),
         }
+
+
+def _gpu_choice(use_gpu: bool | None, target: Any) -> tuple[bool, str | None]:
+    """(use_gpu, the optimizer's provider). use_gpu null = from the target (the engine resolves it
+    when it plans the job; a pass run by hand reads it here); the provider comes from a GPU target,
+    else it is the library's default."""
+    wanted = use_gpu if use_gpu is not None else _optimizer_provider(target) is not None
+    return wanted, (_optimizer_provider(target) if wanted else None)
 
 
 def _optimizer_provider(target: Any) -> str | None:

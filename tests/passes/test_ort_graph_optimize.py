@@ -148,3 +148,28 @@ def test_attrs_flow_through(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     ctx = PassContext(step_id="optimize", workdir=tmp_path / "work", output_dir=tmp_path / "out")
     assert OrtGraphOptimize()(source, ctx).model.attrs == {"tokenizer": "/models/t"}
+
+
+# -- the target's providers above basic ------------------------------------------------------------
+def _optimize_for(root: Path, model: onnx.ModelProto, target: object, **config: object) -> PassResult:
+    source = _artifact(root / "in", model)
+    (root / "work").mkdir(parents=True)
+    ctx = PassContext(step_id="optimize", workdir=root / "work", output_dir=root / "out", target=target)  # type: ignore[arg-type]
+    return OrtGraphOptimize(OrtGraphOptimize.Config(**config))(source, ctx)
+
+
+def _target(**config: object) -> object:
+    from targets.onnxruntime import OnnxRuntimeTarget
+
+    return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="t", runtime="onnxruntime", **config))
+
+
+def test_extended_optimizes_with_the_targets_providers_and_basic_with_the_cpus(tmp_path: Path) -> None:
+    assert _optimize(tmp_path / "none", _scaled_linear()).details["providers"] == ["CPUExecutionProvider"]
+    trt = _target(device="cuda", providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"])
+    basic = _optimize_for(tmp_path / "basic", _scaled_linear(), trt, level="basic")
+    assert basic.details["providers"] == ["CPUExecutionProvider"]
+    # on this host the CUDA provider is missing and onnxruntime optimizes with the CPU's: the choice is what is checked
+    extended = _optimize_for(tmp_path / "extended", _scaled_linear(), trt, level="extended")
+    assert extended.details["providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    np.testing.assert_allclose(_run(extended.model.model_file), _run(_artifact(tmp_path / "ref", _scaled_linear()).model_file), rtol=1e-5)
