@@ -52,7 +52,11 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
     from engine.store import Store
     from engine.workflow import load_workflow
 
+    from engine.core.target import Availability
+
     resolved = load_workflow(workflow)
+    for entry in resolved.targets.values():  # every target planned, here or on a host with its device
+        entry.availability = Availability(True)
     runner = Runner(resolved, Store(store_root), plan=build_plan(resolved))
     out: dict[str, str] = {f"input {runner.input.format}": runner.input.digest}
     for name, key in sorted(runner.datasets.keys.items()):
