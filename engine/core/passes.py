@@ -41,6 +41,9 @@ class PassContext:
     step_id: str
     workdir: Path
     output_dir: Path
+    #: the target the job runs for: given to a target-dependent pass, and to a pass whose output
+    #: depends on part of its target (``Pass.target_facet`` not None; a job shared by several
+    #: targets gets the first); None for the others
     target: Target | None = None
     input_model: ModelArtifact | None = None
     datasets: dict[str, Callable[..., Dataset]] = field(default_factory=dict)  # name -> loader(signature=None)

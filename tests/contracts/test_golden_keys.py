@@ -46,13 +46,12 @@ def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
     """Every key of a workflow's plan, by a readable name. A job's output digest is stood in by
     one derived from the job's own key, so keys downstream of jobs that have not run are pinned too."""
+    from engine.core.target import Availability
     from engine.jobs import EvalSpec
     from engine.planner import build_plan
     from engine.runner import Runner
     from engine.store import Store
     from engine.workflow import load_workflow
-
-    from engine.core.target import Availability
 
     resolved = load_workflow(workflow)
     for entry in resolved.targets.values():  # every target planned, here or on a host with its device
