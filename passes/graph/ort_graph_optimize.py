@@ -21,9 +21,10 @@ the CPU provider and one job serves every target. ``extended`` fusions are provi
 (onnxruntime fuses a node only for the providers its fused kernel exists for), so above basic the
 pass optimizes with the providers of the target it is planned for, and the job key names them
 (``target_facet``: {"providers": [...]}); a CPU target keys as before, with none. Providers that
-compile the graph they are given (TensorRT, OpenVINO, QNN, CoreML, DirectML...) cannot have their result
-saved as a model: they are left out and their target optimizes with the providers that remain
-(a TensorRT target: CUDA's fusions, which its CUDA fallback runs).
+compile the graph they are given (TensorRT, OpenVINO, QNN, CoreML, DirectML...) cannot have
+their result saved as a model: they are left out and their target optimizes with the providers
+that remain (a TensorRT target: CUDA's fusions, which its CUDA fallback runs). A provider this
+onnxruntime lacks fails the pass: onnxruntime would optimize for the CPU instead, silently.
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ class OrtGraphOptimize(OnnxPass):
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
         options = self._session_options(onnxruntime, optimized, large=file_bytes(given.source) > EXTERNAL_DATA_THRESHOLD)
         providers = _optimizing_providers(ort_target(ctx), cfg.level) or [CPU_PROVIDER]
+        missing = [name for name in providers if name not in onnxruntime.get_available_providers()]
+        if missing:
+            raise ValueError(
+                f"level {cfg.level} optimizes for the target's {', '.join(missing)}, which onnxruntime {onnxruntime.__version__} "
+                f"here does not have (available: {', '.join(onnxruntime.get_available_providers())}); it would optimize for the CPU instead"
+            )
 
         started = time.perf_counter()
         with quiet_library() as messages:
