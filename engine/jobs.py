@@ -1,7 +1,8 @@
 """Typed jobs: what the planner decides once per job, and what a worker process is sent.
 
 A ``PassSpec`` is made by the planner for each pass job: the pass and its config, the job it
-reads its model from, the datasets and workflow evaluations it uses, the target's fingerprint.
+reads its model from, the datasets and workflow evaluations it uses, the target's fingerprint
+(or, for a pass that is not target-dependent, the facet of the target its output depends on).
 The job's key (engine.keys) is computed from it alone. An ``EvalSpec`` is the same for one of
 the workflow's evaluations. A ``WorkOrder`` is what one worker runs; ``to_json``/``from_json``
 are the only place an order becomes the job file and back.
@@ -158,8 +159,9 @@ class PassSpec:
     pass_cls: Any = field(repr=False, compare=False)
     config: dict[str, Any] = field(compare=False)
     parent: str | None = None  # the job whose output it reads; None: the workflow's input model
-    target: TargetRef | None = None  # set only for a target-dependent pass
-    target_fingerprint: dict[str, Any] | None = field(default=None, compare=False)
+    target: TargetRef | None = None  # set for a target-dependent pass, and for a pass with a target facet
+    target_fingerprint: dict[str, Any] | None = field(default=None, compare=False)  # a target-dependent pass's
+    target_facet: dict[str, Any] | None = field(default=None, compare=False)  # another pass's (Pass.target_facet)
     datasets: tuple[str, ...] = ()  # its own and those of the evaluations it measures with
     evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict, compare=False)
     timeout_s: float | None = None
@@ -173,7 +175,9 @@ class PassSpec:
         if RefKind.INPUT_MODEL in references(self.pass_cls.Config):
             data["workflow input"] = workflow_input
         evaluations = {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()}
-        return keys.pass_key(self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations, self.environment)
+        return keys.pass_key(
+            self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations, self.environment, facet=self.target_facet
+        )
 
 
 def pass_spec(
@@ -185,7 +189,11 @@ def pass_spec(
     parent: str | None,
     target: str | None,
     fingerprint: dict[str, Any] | None,
+    facet: dict[str, Any] | None = None,
 ) -> PassSpec:
+    """``target``: the target the job runs for (a target-dependent pass's, or the first target of
+    a job shared by its facet); ``fingerprint``: what a target-dependent pass's key names;
+    ``facet``: what another pass's key names."""
     cls = step.pass_cls
     datasets = list(named_options(cls, config, RefKind.DATASET))
     evaluations = {}
@@ -205,6 +213,7 @@ def pass_spec(
         parent=parent,
         target=target_ref(resolved, target) if target else None,
         target_fingerprint=fingerprint,
+        target_facet=facet,
         datasets=tuple(dict.fromkeys(datasets)),
         evaluations=evaluations,
         timeout_s=step.timeout_s or cls.default_timeout_s,

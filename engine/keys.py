@@ -28,9 +28,14 @@ def pass_key(
     target: dict[str, Any] | None,
     evaluations: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
+    facet: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
+    """``target``: the fingerprint a target-dependent pass's key names; ``facet``: the part of
+    the target another pass's output depends on with this config (``Pass.target_facet``; None:
+    the key names no target, as for every pass before facets existed); ``environment``: the
+    step's own isolated environment (absent otherwise, so other keys stay)."""
     doc_extra: dict[str, Any] = {"evaluations": evaluations} if evaluations else {}
-    if environment is not None:  # the step's own environment; absent otherwise, so other keys stay
+    if environment is not None:
         doc_extra["environment"] = environment
     return _key(
         {
@@ -41,7 +46,7 @@ def pass_key(
             "config": config,
             "input": input_digest,
             "data": data,
-            "target": target if pass_cls.target_dependent else None,
+            "target": target if pass_cls.target_dependent else facet,
             "libraries": library_versions(pass_cls.libraries),
         }
     )

@@ -1,6 +1,7 @@
 """From a resolved workflow to a DAG of jobs and the candidates that run through it.
 
-A job is one pass with one config on one input (and one target, when the pass depends on it).
+A job is one pass with one config on one input (and one target, when the pass depends on it; or
+the part of the target its output depends on, its facet, shared by every target that has it).
 A candidate is a chain of jobs from the input model to a model a target can run: a point of the
 target's search space (engine.space) made concrete. Candidates that share a prefix share its
 jobs, so a step shared by many candidates runs once. The plan grows as samplers propose points.
@@ -28,7 +29,7 @@ class Job:
     parent: str | None  # None: the input model
     config: dict[str, Any] = field(hash=False, compare=False)
     params: dict[str, Any] = field(hash=False, compare=False)  # the searched options' values
-    target: str | None = None
+    target: str | None = None  # a target-dependent pass's; for a job shared by a facet, the first target planned
     spec: PassSpec | None = field(default=None, hash=False, compare=False, repr=False)  # set by Plan.job
 
     @property
@@ -84,12 +85,33 @@ class Plan:
 
     # -- the DAG --------------------------------------------------------------------------------
     def job(self, parent: str | None, step: Step, params: dict[str, Any], target: str) -> str:
-        config = {**step.config, **params}
-        job_target = target if step.pass_cls.depends_on_target(config) else None
-        identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": job_target})
+        cls = step.pass_cls
+        step_config = {**step.config, **params}
+        fingerprint = self.fingerprint(target)
+        # what of the target the output depends on (Pass.target_facet), asked of the step's config
+        # as written; the job then runs with the options left to the target resolved
+        facet = cls.target_facet(step_config, fingerprint)
+        config = cls.resolve_for_target(step_config, fingerprint)
+        if cls.target_dependent:
+            job_target: str | None = target
+            identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": target})
+        elif facet is None:
+            job_target = None
+            identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": None})
+        else:  # one job for every target with this facet; it runs with the first of them
+            job_target = target
+            identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": None, "facet": facet})
         if identity not in self.jobs:
             spec = pass_spec(
-                self.resolved, identity, step, _label(step.id, params), config, parent, job_target, self.fingerprint(job_target)
+                self.resolved,
+                identity,
+                step,
+                _label(step.id, params),
+                config,
+                parent,
+                job_target,
+                facet if cls.target_dependent else None,
+                None if cls.target_dependent else facet,
             )
             self.jobs[identity] = Job(
                 id=identity, step_id=step.id, parent=parent, config=config, params=params, target=job_target, spec=spec

@@ -41,6 +41,9 @@ class PassContext:
     step_id: str
     workdir: Path
     output_dir: Path
+    #: the target the job runs for: given to a target-dependent pass, and to a pass whose output
+    #: depends on part of its target (``Pass.target_facet`` not None; a job shared by several
+    #: targets gets the first); None for the others
     target: Target | None = None
     input_model: ModelArtifact | None = None
     datasets: dict[str, Callable[..., Dataset]] = field(default_factory=dict)  # name -> loader(signature=None)
@@ -95,6 +98,27 @@ class Pass(ABC):
     #: hanging runtime must not block a run forever, a slow export must not fail)
     default_timeout_s: ClassVar[float] = 7200.0
 
+    @classmethod
+    def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
+        """What of the target this pass's output depends on, with ``config`` (the job's full
+        config), planned for the target with ``target_fingerprint`` (None: planned for none).
+
+        The job key names the facet, not the target: targets with the same facet share one job,
+        and a pass that returns a facet is given the target at run time (``PassContext.target``).
+        None: the output does not depend on the target (no target at run time, one job for all
+        targets). The default is the whole fingerprint for a ``target_dependent`` pass, else None.
+        A pass returns None for the targets its output was always made for (the CPU, for most
+        ONNX passes), so the keys of those jobs stay what they were before the pass looked at
+        its target."""
+        return target_fingerprint if cls.target_dependent else None
+
+    @classmethod
+    def resolve_for_target(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+        """``config`` with the options it leaves to the target (null = "from the target") set to
+        the value the target gives them: the config the job runs with and its key names. The
+        default changes nothing."""
+        return config
+
     def __init__(self, config: PassConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()
 
@@ -122,14 +146,6 @@ class Pass(ABC):
         except Exception as error:
             raise PassError(self.name, ctx.step_id, model.digest, f"{type(error).__name__}: {error}") from error
         return result
-
-    @classmethod
-    def depends_on_target(cls, config: dict[str, Any]) -> bool:
-        """Whether a job of this pass with ``config`` (its options) is made for the target it is
-        planned for: the job then gets the target and its key holds the target's fingerprint.
-        ``target_dependent`` answers for every config; a pass whose output depends on the target
-        only with some options sets ``target_dependent`` and overrides this."""
-        return cls.target_dependent
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

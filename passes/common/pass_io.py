@@ -49,11 +49,73 @@ def onnx_output(model: ModelArtifact, ctx: PassContext, details: dict[str, Any],
 
 def check_providers(ctx: PassContext) -> list[str]:
     """The onnxruntime execution providers a pass runs a model with while it works (to check it,
-    calibrate it, or let onnxruntime rewrite it): those of the step's target when the target runs
-    onnxruntime, else the CPU provider."""
+    calibrate it, or let onnxruntime rewrite it): those of the step's target when the pass was
+    given one that runs onnxruntime, else the CPU provider. A pass is given its target when it is
+    target-dependent or its output depends on part of the target (``Pass.target_facet``); the
+    others (an export's parity check, ort_quantize's calibration) work on the CPU for every target."""
     target = ctx.target
     if target is not None and getattr(target, "runtime", None) == "onnxruntime":
         providers = getattr(getattr(target, "config", None), "providers", None)
         if providers:
             return [str(name) for name in providers]
     return ["CPUExecutionProvider"]
+
+
+# -- what a pass reads of the target it is planned for ----------------------------------------------
+# A pass that is not target-dependent sees its target twice: at plan time through the target's
+# fingerprint (``Pass.target_facet``: what of the target its output depends on) and at run time
+# through ``ctx.target`` (given when the facet is not None). Both read the same two settings of an
+# onnxruntime target, ``device`` and ``providers``.
+CPU_PROVIDER = "CPUExecutionProvider"
+#: execution providers that run a model on a GPU, with the name onnxruntime.transformers' optimizer
+#: gives each (its ``provider`` argument)
+GPU_PROVIDERS = {
+    "CUDAExecutionProvider": "cuda",
+    "TensorrtExecutionProvider": "tensorrt",
+    "NvTensorRTRTXExecutionProvider": "tensorrt",
+    "DmlExecutionProvider": "dml",
+    "ROCMExecutionProvider": "rocm",
+    "MIGraphXExecutionProvider": "migraphx",
+}
+
+
+@dataclass(frozen=True)
+class OrtTarget:
+    """The onnxruntime settings of a target: its device and execution providers, in order."""
+
+    device: str
+    providers: tuple[str, ...]
+
+    @property
+    def gpu_provider(self) -> str | None:
+        """The first GPU execution provider the target asks for (a ``cuda`` device with none named:
+        CUDA), else None (a CPU target)."""
+        for name in self.providers:
+            if name in GPU_PROVIDERS:
+                return name
+        return "CUDAExecutionProvider" if self.device == "cuda" else None
+
+
+def _ort_target(runtime: Any, device: Any, providers: Any) -> OrtTarget | None:
+    if runtime != "onnxruntime":
+        return None
+    names = tuple(str(name) for name in providers or ()) or (CPU_PROVIDER,)
+    return OrtTarget(device=str(device or "cpu").lower(), providers=names)
+
+
+def ort_target_of(fingerprint: dict[str, Any] | None) -> OrtTarget | None:
+    """The onnxruntime settings of the target with this fingerprint; None when there is no target
+    or it runs another runtime."""
+    if not fingerprint:
+        return None
+    options = fingerprint.get("options") or {}
+    return _ort_target(fingerprint.get("runtime"), options.get("device"), options.get("providers"))
+
+
+def ort_target(ctx: PassContext) -> OrtTarget | None:
+    """The onnxruntime settings of the target a running pass was given (None: none, or not onnxruntime)."""
+    target = ctx.target
+    if target is None:
+        return None
+    config = getattr(target, "config", None)
+    return _ort_target(getattr(target, "runtime", None), getattr(config, "device", None), getattr(config, "providers", None))

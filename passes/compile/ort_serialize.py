@@ -14,7 +14,7 @@ how far it goes and what the file is then good for:
   host only.
 
 Above ``basic`` the pass is target-dependent: it runs with the target's providers and its key holds
-the target's fingerprint (``depends_on_target``). The session that loads an offline-optimized
+the target's fingerprint (``target_facet``). The session that loads an offline-optimized
 model can then be opened with optimizations off (the target's ``graph_optimization_level:
 disable``), which is where the start-up win comes from; with the target's default level the
 optimizers run again and find little left to do.
@@ -56,8 +56,8 @@ class OrtSerialize(OnnxPass):
     version = "1"
     accepts = ("onnx",)
     produces = "onnx"
-    #: above level basic; ``depends_on_target`` answers per config
-    target_dependent = True
+    #: keyed by the target above level basic only: ``target_facet`` answers per config
+    target_dependent = False
     libraries = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")
 
     class Config(PassConfig):
@@ -77,8 +77,9 @@ class OrtSerialize(OnnxPass):
     config: Config
 
     @classmethod
-    def depends_on_target(cls, config: dict[str, Any]) -> bool:
-        return cls.Config.model_validate(config).level != "basic"
+    def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
+        # above basic, the optimized graph is made for the target's providers (and this host)
+        return target_fingerprint if cls.Config.model_validate(config).level != "basic" else None
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         (onnxruntime,) = require("onnxruntime", self.name, "onnxruntime")

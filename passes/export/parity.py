@@ -45,7 +45,9 @@ def max_abs_diff(expected: np.ndarray, actual: np.ndarray) -> float:
 
 def check(path: Path, output_names: list[str], cases: list[Case], tolerance: float, providers: list[str] | None = None) -> dict[str, Any]:
     """Run ``path`` in onnxruntime on every case; raise ValueError if any output is off by more
-    than ``tolerance``; return the figures. ``providers``: onnxruntime's execution providers (default CPU)."""
+    than ``tolerance``; return the figures. ``providers``: onnxruntime's execution providers (default CPU).
+    An export checks its parity on the CPU whatever the target: the CPU is the reference a GPU's
+    kernels are measured against, and the export is one model shared by every target."""
     import onnxruntime  # heavy: imported only when parity is checked
 
     options = onnxruntime.SessionOptions()

@@ -18,6 +18,12 @@ the figures, so the pass fails asking for them. Detection can fail (it did on a 
 test BERT): the pass then says so. The job key does not include the input model's digest, so a
 config.json edited under an unchanged ONNX file would not re-run this pass.
 
+GPU or CPU: ``use_gpu`` null (the default) takes it from the target the step is planned for:
+GPU fusion (onnxruntime's optimizer run with the GPU provider, which keeps float16-friendly
+graphs and GPU kernels' fusions) for a CUDA, TensorRT or DirectML target, CPU fusion otherwise.
+The job key names {"gpu": true} for a GPU target (``target_facet``) and nothing for a CPU one,
+so every CPU target shares one fusion job, keyed as before the pass read its target.
+
 Attention mask: onnxruntime defaults bert to ``mask_index_end`` (the 2D mask is reduced to
 sequence lengths), which is wrong for left-padded or holed masks (0.016 max error on a tiny
 BERT, 1e-6 with the raw mask); this pass defaults to the raw mask. On all-MiniLM-L6-v2 both
@@ -37,7 +43,7 @@ from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, Pas
 from engine.core.refs import InputModelField
 from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import OnnxPass, save_onnx
-from passes.common.pass_io import onnx_output, open_onnx_input, require
+from passes.common.pass_io import GPU_PROVIDERS, onnx_output, open_onnx_input, ort_target, ort_target_of, require
 
 #: onnxruntime 1.31's optimizer.MODEL_TYPES (checked against the installed library at run time)
 ModelType = Literal[
@@ -89,9 +95,13 @@ class OrtFusion(OnnxPass):
                 "default for the model type (1 for bert, gpt2, vit, ...). Level 99 is not offered: it writes hardware-specific kernels."
             ),
         )
-        use_gpu: bool = Field(
-            False,
-            description="Optimize for a GPU execution provider (only matters with opt_level >= 1, and needs an onnxruntime GPU build). Keep false for CPU targets.",
+        use_gpu: bool | None = Field(
+            None,
+            description=(
+                "Optimize for a GPU execution provider (only matters with opt_level >= 1, and needs an onnxruntime GPU build). "
+                "null = from the target the step is planned for: true for a CUDA, TensorRT or DirectML target, false otherwise. "
+                "An explicit true / false wins over the target."
+            ),
         )
         only_onnxruntime: bool = Field(
             False, description="Run only onnxruntime's graph optimizer (needs opt_level >= 1), none of the Python fusions."
@@ -134,6 +144,24 @@ class OrtFusion(OnnxPass):
 
     config: Config
 
+    @classmethod
+    def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
+        """use_gpu left to the target: {"gpu": true} for a GPU target (and the optimizer's provider
+        when it is not CUDA's: DirectML, ROCm, MIGraphX), None for a CPU target (the fusion every
+        target got before, keyed as it was). With an explicit use_gpu the facet is None: the config decides."""
+        if config.get("use_gpu") is not None:
+            return None
+        provider = _optimizer_provider(ort_target_of(target_fingerprint))
+        if provider is None:
+            return None
+        return {"gpu": True} if provider == "cuda" else {"gpu": True, "provider": provider}
+
+    @classmethod
+    def resolve_for_target(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+        if config.get("use_gpu") is not None:
+            return config
+        return {**config, "use_gpu": _optimizer_provider(ort_target_of(target_fingerprint)) is not None}
+
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # onnx and onnxruntime.transformers (which imports torch at opt_level >= 1) take seconds to
         # import: load them only when the pass runs (the engine imports pass modules to validate)
@@ -143,14 +171,15 @@ class OrtFusion(OnnxPass):
         from passes.quantize.onnx_facts import prune_unused_opsets
 
         cfg = self.config
-        opt_level = self._opt_level(optimizer)
+        use_gpu, provider = _gpu_choice(cfg.use_gpu, ort_target(ctx))
+        opt_level = self._opt_level(optimizer, use_gpu, provider)
         num_heads, hidden_size, source_of_sizes = self._sizes(ctx)
         given = open_onnx_input(model, ctx)
         source, before = given.source, given.graph
         counts_in = qualified_op_counts(before)
-
         started = time.perf_counter()
         fusion_options = self._fusion_options(fusion.FusionOptions)
+        options = {"opt_level": opt_level, "use_gpu": use_gpu, "provider": provider, "only_onnxruntime": cfg.only_onnxruntime}
         with quiet_library() as messages:
             fused = optimizer.optimize_model(
                 str(source),
@@ -158,9 +187,7 @@ class OrtFusion(OnnxPass):
                 num_heads=num_heads,
                 hidden_size=hidden_size,
                 optimization_options=fusion_options,
-                opt_level=opt_level,
-                use_gpu=cfg.use_gpu,
-                only_onnxruntime=cfg.only_onnxruntime,
+                **options,
             )
             statistics = fused.get_fused_operator_statistics()
         seconds = round(time.perf_counter() - started, 3)
@@ -179,7 +206,8 @@ class OrtFusion(OnnxPass):
             "hidden_size": hidden_size,
             "sizes_from": source_of_sizes,
             "opt_level": opt_level,
-            "use_gpu": cfg.use_gpu,
+            "use_gpu": use_gpu,
+            "optimizer_provider": provider,
             "only_onnxruntime": cfg.only_onnxruntime,
             "attention_mask_format": {v: k for k, v in _MASK_FORMATS.items()}.get(int(fusion_options.attention_mask_format)),
             # get_fused_operator_statistics() of the output, non-zero entries: counts of the op types the
@@ -195,7 +223,7 @@ class OrtFusion(OnnxPass):
         ctx.logger.debug("ort_fusion %s: fused %s", ctx.step_id, details["fused_operators"])
         return onnx_output(model, ctx, details, notes)
 
-    def _opt_level(self, optimizer: Any) -> int:
+    def _opt_level(self, optimizer: Any, use_gpu: bool, provider: str | None) -> int:
         """The optimizer level to run at, after checking the config against the installed onnxruntime."""
         import onnxruntime
 
@@ -207,8 +235,12 @@ class OrtFusion(OnnxPass):
         opt_level = cfg.opt_level if cfg.opt_level is not None else int(optimizer.MODEL_TYPES[cfg.model_type][2])
         if cfg.only_onnxruntime and opt_level == 0:
             raise ValueError(f"only_onnxruntime needs opt_level 1 or 2; the default for {cfg.model_type} is 0")
-        if cfg.use_gpu and opt_level >= 1:
-            gpu = {"CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider"}
+        if use_gpu and opt_level >= 1:
+            gpu = (
+                {name for name, short in GPU_PROVIDERS.items() if short == provider}
+                if provider is not None
+                else {"CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider"}
+            )
             if not gpu & set(onnxruntime.get_available_providers()):
                 raise ValueError(
                     "use_gpu needs an onnxruntime build with a GPU execution provider; this one has only "
@@ -321,6 +353,25 @@ class OrtFusion(OnnxPass):
             "softmax_after": softmax_out,
             "heads_not_detected": any("Failed to detect num_heads" in m for m in messages),
         }
+
+
+def _gpu_choice(use_gpu: bool | None, target: Any) -> tuple[bool, str | None]:
+    """(use_gpu, the optimizer's provider). use_gpu null = from the target (the engine resolves it
+    when it plans the job; a pass run by hand reads it here); the provider comes from a GPU target,
+    else it is the library's default."""
+    wanted = use_gpu if use_gpu is not None else _optimizer_provider(target) is not None
+    return wanted, (_optimizer_provider(target) if wanted else None)
+
+
+def _optimizer_provider(target: Any) -> str | None:
+    """The provider onnxruntime.transformers' optimizer runs with for a GPU target (its names:
+    cuda, dml, rocm, migraphx), None for a CPU target or none. A TensorRT target optimizes with
+    CUDA: TensorRT compiles the graph it is given into engines, which an optimized model file
+    cannot hold; its CUDA fallback runs the contrib ops the fusions write."""
+    gpu = target.gpu_provider if target is not None else None
+    if gpu is None:
+        return None
+    return "cuda" if GPU_PROVIDERS[gpu] == "tensorrt" else GPU_PROVIDERS[gpu]
 
 
 def _hf_config(input_model: ModelArtifact | None) -> dict[str, Any] | None:

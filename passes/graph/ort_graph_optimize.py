@@ -15,6 +15,16 @@ layout transforms and kernels chosen for the CPU that optimizes (NCHWc blocking 
 width), and warns that the saved model "should only be used in the same environment the model
 was optimized in". A portable artifact must stop at EXTENDED; the session that loads the model
 applies the higher levels on the machine that runs it anyway.
+
+Providers: ``basic`` rewrites are the same for every execution provider, so that level runs on
+the CPU provider and one job serves every target. ``extended`` fusions are provider-specific
+(onnxruntime fuses a node only for the providers its fused kernel exists for), so above basic the
+pass optimizes with the providers of the target it is planned for, and the job key names them
+(``target_facet``: {"providers": [...]}); a CPU target keys as before, with none. Providers that
+compile the graph they are given (TensorRT, OpenVINO, QNN, CoreML, DirectML...) cannot have
+their result saved as a model: they are left out and their target optimizes with the providers
+that remain (a TensorRT target: CUDA's fusions, which its CUDA fallback runs). A provider this
+onnxruntime lacks fails the pass: onnxruntime would optimize for the CPU instead, silently.
 """
 
 from __future__ import annotations
@@ -28,11 +38,24 @@ from pydantic import Field, field_validator
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.graph_tools import contrib_ops, op_delta, qualified_op_counts, quiet_library
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
-from passes.common.pass_io import check_providers, onnx_output, open_onnx_input, require
+from passes.common.pass_io import CPU_PROVIDER, OrtTarget, onnx_output, open_onnx_input, ort_target, ort_target_of, require
 
 #: the file onnxruntime writes the optimized model to, inside the step's workdir
 _OPTIMIZED_FILE = "optimized.onnx"
 _OPTIMIZED_DATA = "optimized.onnx.data"
+#: execution providers whose optimized graph onnxruntime can save as a model (kernel providers;
+#: the others compile subgraphs into nodes a model file cannot hold: TensorRT, OpenVINO, QNN,
+#: CoreML, MIGraphX, and DirectML, which fuses its partitions into compiled nodes)
+_SAVABLE_PROVIDERS = ("CUDAExecutionProvider", "ROCMExecutionProvider", CPU_PROVIDER)
+
+
+def _optimizing_providers(target: OrtTarget | None, level: str) -> list[str] | None:
+    """The providers a level above basic optimizes with for ``target``, in the target's order and
+    ending in the CPU's (onnxruntime adds it anyway); None: the CPU provider alone."""
+    if target is None or level == "basic":
+        return None
+    kept = [name for name in target.providers if name in _SAVABLE_PROVIDERS and name != CPU_PROVIDER]
+    return [*kept, CPU_PROVIDER] if kept else None
 
 
 class OrtGraphOptimize(OnnxPass):
@@ -71,6 +94,11 @@ class OrtGraphOptimize(OnnxPass):
 
     config: Config
 
+    @classmethod
+    def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
+        providers = _optimizing_providers(ort_target_of(target_fingerprint), str(config.get("level", "extended")))
+        return {"providers": providers} if providers is not None else None
+
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         (onnxruntime,) = require("onnxruntime", self.name, "onnxruntime")
         from passes.quantize.onnx_facts import file_bytes, prune_unused_opsets
@@ -82,11 +110,18 @@ class OrtGraphOptimize(OnnxPass):
         optimized.unlink(missing_ok=True)
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
         options = self._session_options(onnxruntime, optimized, large=file_bytes(given.source) > EXTERNAL_DATA_THRESHOLD)
+        providers = _optimizing_providers(ort_target(ctx), cfg.level) or [CPU_PROVIDER]
+        missing = [name for name in providers if name not in onnxruntime.get_available_providers()]
+        if missing:
+            raise ValueError(
+                f"level {cfg.level} optimizes for the target's {', '.join(missing)}, which onnxruntime {onnxruntime.__version__} "
+                f"here does not have (available: {', '.join(onnxruntime.get_available_providers())}); it would optimize for the CPU instead"
+            )
 
         started = time.perf_counter()
         with quiet_library() as messages:
             onnxruntime.InferenceSession(
-                str(given.source), options, providers=check_providers(ctx), disabled_optimizers=cfg.disabled_optimizers or None
+                str(given.source), options, providers=providers, disabled_optimizers=cfg.disabled_optimizers or None
             )
         seconds = round(time.perf_counter() - started, 3)
         if not optimized.exists():
@@ -100,6 +135,7 @@ class OrtGraphOptimize(OnnxPass):
         optimized.unlink()
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
         details, notes = self._details(model, before, output, out_file, dropped, messages, seconds)
+        details["providers"] = providers
         ctx.logger.debug("ort_graph_optimize %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
         return onnx_output(model, ctx, details, notes)
 

@@ -259,6 +259,11 @@ def _calibrate(
     options = _calibrator_options(cfg, method, notes)
     workdir = Path(ctx.workdir)
     key_doc = _ranges_key_doc(cfg, model, preprocess_state, feed, method, options, op_types)
+    # Static calibration runs on the CPU for every target (check_providers: this pass is given no
+    # target). The ranges are statistics of the float model's activations, and the CPU computes
+    # them in exact float32 (a GPU may use TF32 or reorder reductions); the quantized model is then
+    # one artifact, keyed without a target and shared by all of them, as are the cached ranges. A
+    # TensorRT target that wants its own INT8 calibration gets it from TensorRT, not from this pass.
     lookup, key = ranges_for(
         ctx.cache_dir,
         key_doc,

@@ -241,3 +241,42 @@ def test_real_minilm_fuses_six_attentions_and_matches(tmp_path: Path, monkeypatc
     feeds = {name: value.astype(np.int64) for name, value in encoded.items()}
     # measured 2.4e-6 on real tokens
     assert _max_diff_on_tokens(_run(result.model.model_file, feeds), _run(exported.model_file, feeds), feeds["attention_mask"]) < 1e-4
+
+
+# -- use_gpu from the target ----------------------------------------------------------------------
+def _target(**config: object) -> object:
+    from targets.onnxruntime import OnnxRuntimeTarget
+
+    return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="t", runtime="onnxruntime", **config))
+
+
+def _fuse_for(model: ModelArtifact, root: Path, input_model: ModelArtifact, target: object | None, **config: object) -> PassResult:
+    ctx = PassContext(step_id="fuse", workdir=root / "work", output_dir=root / "out", input_model=input_model, target=target)  # type: ignore[arg-type]
+    ctx.workdir.mkdir(parents=True)
+    return OrtFusion(OrtFusion.Config(**config))(model, ctx)
+
+
+def test_use_gpu_defaults_to_the_target(eager_onnx: ModelArtifact, tiny_bert: ModelArtifact, fused: PassResult, tmp_path: Path) -> None:
+    assert OrtFusion.Config().use_gpu is None
+    assert fused.details["use_gpu"] is False and fused.details["optimizer_provider"] is None  # no target: CPU fusion
+    on_cpu = _fuse_for(eager_onnx, tmp_path / "cpu", tiny_bert, _target(device="cpu"))
+    assert on_cpu.details["use_gpu"] is False
+    # opt_level 0 (the python fusions alone) runs on this host whatever the device: GPU fusion is chosen and recorded
+    cuda = _target(device="cuda")
+    on_gpu = _fuse_for(eager_onnx, tmp_path / "cuda", tiny_bert, cuda, opt_level=0)
+    assert on_gpu.details["use_gpu"] is True and on_gpu.details["optimizer_provider"] == "cuda"
+    assert on_gpu.details["fused_operators"].get("Attention") == 2
+    trt = _target(device="cuda", providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"])
+    assert _fuse_for(eager_onnx, tmp_path / "trt", tiny_bert, trt, opt_level=0).details["optimizer_provider"] == "cuda"
+    # an explicit false wins over a GPU target
+    forced = _fuse_for(eager_onnx, tmp_path / "forced", tiny_bert, cuda, opt_level=0, use_gpu=False)
+    assert forced.details["use_gpu"] is False and forced.details["optimizer_provider"] is None
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="needs an onnxruntime build without CUDA")
+def test_gpu_fusion_above_level_0_on_a_cpu_build_fails_instead_of_fusing_for_the_cpu(
+    eager_onnx: ModelArtifact, tiny_bert: ModelArtifact, tmp_path: Path
+) -> None:
+    # onnxruntime's optimizer given provider="cuda" would silently optimize with the CPU provider
+    with pytest.raises(PassError, match="use_gpu needs an onnxruntime build with a GPU execution provider"):
+        _fuse_for(eager_onnx, tmp_path, tiny_bert, _target(device="cuda"), opt_level=1)

@@ -148,3 +148,33 @@ def test_attrs_flow_through(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     ctx = PassContext(step_id="optimize", workdir=tmp_path / "work", output_dir=tmp_path / "out")
     assert OrtGraphOptimize()(source, ctx).model.attrs == {"tokenizer": "/models/t"}
+
+
+# -- the target's providers above basic ------------------------------------------------------------
+def _optimize_for(root: Path, model: onnx.ModelProto, target: object, **config: object) -> PassResult:
+    source = _artifact(root / "in", model)
+    (root / "work").mkdir(parents=True)
+    ctx = PassContext(step_id="optimize", workdir=root / "work", output_dir=root / "out", target=target)  # type: ignore[arg-type]
+    return OrtGraphOptimize(OrtGraphOptimize.Config(**config))(source, ctx)
+
+
+def _target(**config: object) -> object:
+    from targets.onnxruntime import OnnxRuntimeTarget
+
+    return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="t", runtime="onnxruntime", **config))
+
+
+def test_extended_optimizes_with_the_targets_providers_and_basic_with_the_cpus(tmp_path: Path) -> None:
+    assert _optimize(tmp_path / "none", _scaled_linear()).details["providers"] == ["CPUExecutionProvider"]
+    trt = _target(device="cuda", providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"])
+    basic = _optimize_for(tmp_path / "basic", _scaled_linear(), trt, level="basic")
+    assert basic.details["providers"] == ["CPUExecutionProvider"]
+    cpu = _optimize_for(tmp_path / "cpu", _scaled_linear(), _target(device="cpu"), level="extended")
+    assert cpu.details["providers"] == ["CPUExecutionProvider"]
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="needs an onnxruntime build without CUDA")
+def test_extended_for_a_gpu_target_on_a_build_without_its_provider_fails_instead_of_optimizing_for_the_cpu(tmp_path: Path) -> None:
+    trt = _target(device="cuda", providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"])
+    with pytest.raises(PassError, match="optimizes for the target's CUDAExecutionProvider, which onnxruntime"):
+        _optimize_for(tmp_path, _scaled_linear(), trt, level="extended")
