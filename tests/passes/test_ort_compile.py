@@ -84,7 +84,8 @@ def test_a_provider_missing_here_is_named(tmp_path: Path) -> None:
 
 
 def test_is_target_dependent() -> None:
-    assert OrtCompile.target_dependent and OrtCompile.depends_on_target(OrtCompile.Config().to_json())
+    fingerprint = {"runtime": "onnxruntime", "options": {"providers": ["OpenVINOExecutionProvider"]}}
+    assert OrtCompile.target_dependent and OrtCompile.target_facet(OrtCompile.Config().to_json(), fingerprint) == fingerprint
     assert OrtCompile.Config().embed is False
 
 

@@ -91,20 +91,22 @@ def test_ort_format_is_written_beside_and_loads(tmp_path: Path) -> None:
     np.testing.assert_allclose(_run(ort_file), _run(source.model_file), rtol=1e-5, atol=1e-5)
 
 
+FINGERPRINT = {"runtime": "onnxruntime", "options": {"providers": ["CPUExecutionProvider"], "intra_op_threads": 2}}
+
+
 def test_target_dependence_follows_the_level() -> None:
-    assert OrtSerialize.depends_on_target(OrtSerialize.Config(level="basic").to_json()) is False
-    assert OrtSerialize.depends_on_target(OrtSerialize.Config(level="extended").to_json()) is True
-    assert OrtSerialize.depends_on_target(OrtSerialize.Config().to_json()) is True  # default: all
+    assert OrtSerialize.target_facet(OrtSerialize.Config(level="basic").to_json(), FINGERPRINT) is None
+    assert OrtSerialize.target_facet(OrtSerialize.Config(level="extended").to_json(), FINGERPRINT) == FINGERPRINT
+    assert OrtSerialize.target_facet(OrtSerialize.Config().to_json(), FINGERPRINT) == FINGERPRINT  # default: all
     with pytest.raises(ValidationError):
         OrtSerialize.Config(level="layout")
 
 
 def test_other_passes_answer_with_their_class_attribute() -> None:
-    from passes.graph.ort_graph_optimize import OrtGraphOptimize
     from passes.quantize.ort_quantize_accuracy import OrtQuantizeAccuracy
 
-    assert OrtGraphOptimize.depends_on_target(OrtGraphOptimize.Config().to_json()) is False
-    assert OrtQuantizeAccuracy.depends_on_target({}) is True
+    assert OrtQuantizeAccuracy.target_facet({}, FINGERPRINT) == FINGERPRINT  # target_dependent: the whole target
+    assert OrtSerialize.target_facet(OrtSerialize.Config(level="basic").to_json(), None) is None
 
 
 def _workflow(tmp_path: Path) -> Path:
