@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core import ModelArtifact, PassContext
-
-CPU = "CPUExecutionProvider"
+from passes.common.pass_io import CPU_PROVIDER as CPU
+from passes.common.pass_io import ort_target
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,12 @@ def target_providers(ctx: PassContext, model: ModelArtifact | None = None) -> Pr
     provider alone. Option values are given to onnxruntime as strings, as its API takes them.
     Given the ``model``, the target's derived options come too (TensorRT's typed options and its
     engine / timing cache folder in the store, keyed by the model's digest)."""
+    settings = ort_target(ctx)  # the same reading of the target the graph passes use
+    if settings is None:
+        return Providers([CPU], [{}])
     target = ctx.target
     config = getattr(target, "config", None)
-    if target is None or getattr(target, "runtime", None) != "onnxruntime" or not getattr(config, "providers", None):
-        return Providers([CPU], [{}])
-    names = [str(name) for name in config.providers]
+    names = list(settings.providers)
     given = getattr(config, "provider_options", None) or [{} for _ in names]
     if model is not None and hasattr(target, "provider_options_for"):
         import onnxruntime
