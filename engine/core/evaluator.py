@@ -31,6 +31,16 @@ class EvalContext:
     #: a folder shared by every evaluation of this evaluator (across candidates and runs) for
     #: results it keys itself by content, e.g. the reference's outputs on a dataset
     cache_dir: Path | None = None
+    #: the target the reference runs on: the target as the workflow writes it, where ``target``
+    #: carries a candidate's searched session settings (threads, provider options, ...); None
+    #: means ``target``. Evaluators that open the reference open it here, so a speedup includes
+    #: what the candidate's settings gain over the reference's.
+    reference_target: Target | None = None
+
+    @property
+    def reference_on(self) -> Target:
+        """Where the reference runs (``reference_target``, else ``target``)."""
+        return self.reference_target if self.reference_target is not None else self.target
 
     def dataset(self, name: str) -> Dataset:
         try:

@@ -7,6 +7,7 @@ read their fingerprint. A target that cannot run here says why instead of failin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -76,6 +77,26 @@ class Session(ABC):
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run once; outputs in the order of ``outputs``."""
 
+    def prepare(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
+        """One run of ``feeds`` made ready to repeat under a clock: what a deployed service does
+        per request, without the setup it pays once. The default calls ``run`` (host arrays in,
+        host arrays out). A session that binds inputs and outputs on its device (ONNX Runtime
+        I/O binding, an OpenVINO request with its tensors set) copies ``feeds`` there once and
+        returns a call that only runs; its results then stay on the device, so timing code calls
+        ``synchronize`` around it. ``details["io_binding"]`` says which of the two it does."""
+
+        def run() -> None:
+            self.run(feeds)
+
+        return run
+
+    def concurrent(self) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+        """A run function for one more thread serving requests at the same time as others
+        (throughput). The default is ``run``, for runtimes whose session is safe to call from
+        several threads at once (ONNX Runtime); a runtime that needs a request object per
+        caller (OpenVINO) returns a function bound to a new one."""
+        return self.run
+
     def synchronize(self) -> None:  # noqa: B027 - optional hook
         """Wait until work the session queued on its device has finished. Timing code calls it
         before starting and before stopping the clock. A session whose ``run`` returns host
@@ -119,6 +140,18 @@ class Target(ABC):
     @abstractmethod
     def open_session(self, model: ModelArtifact) -> Session:
         """Load ``model`` for inference with this target's settings."""
+
+    def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
+        """What an application needs to run a model exactly as it was measured here, as a JSON
+        document (written beside each chosen model as ``inference_settings.json``), built from a
+        measured session's ``details`` (the settings in force, not the ones asked for). The
+        default names the runtime and this target's config."""
+        return {"runtime": self.runtime, "device": self.config.device, "target_config": self.config.to_json()}
+
+    def snippet(self, settings: dict[str, Any], model_path: str) -> str:
+        """A short Python program that opens ``model_path`` with ``settings`` (from
+        ``inference_settings``) the way it was measured; empty when the runtime has none."""
+        return ""
 
     def fingerprint(self) -> dict[str, Any]:
         """What makes results on this target differ from another's: runtime, device, options,
