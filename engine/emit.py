@@ -71,6 +71,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
         "target": result.candidate.target,
         "path": result.label,
         "params": result.candidate.params,
+        "settings": result.candidate.settings,
         "reference": result.candidate.reference,
         "state": result.state,
         "reason": result.reason,
@@ -191,6 +192,7 @@ def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
             continue
         if result.chosen:
             _copy_atomic(_deliverable(report.store, result), folder / result.candidate.target / "model")
+            write_inference_settings(report, result, folder / result.candidate.target)
         if keep == "all" or (keep == "pareto" and result.pareto):
             _copy_atomic(result.model.path, folder / result.candidate.target / "candidates" / result.candidate.id.split("/")[-1])
     write_json_atomic(
@@ -206,6 +208,65 @@ def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
     events = output_dir / "events.jsonl"
     if events.is_file():
         shutil.copy2(events, folder / "events.jsonl")  # the log of every run into this folder
+
+
+#: evaluations whose details carry the session a model was measured with, most telling first
+_MEASURED_BY = ("latency", "throughput", "memory")
+
+
+def measured_session(report: RunReport, result: CandidateResult) -> tuple[str | None, dict[str, Any]]:
+    """(evaluation id, its details) of the evaluation that timed the candidate's session: the
+    settings in force when it was measured. (None, {}) when nothing timed it."""
+    entries = report.resolved.evaluators
+    ranked = sorted(
+        (eid for eid in result.details if eid in entries and isinstance(result.details[eid].get("session"), dict)),
+        key=lambda eid: _MEASURED_BY.index(entries[eid].name) if entries[eid].name in _MEASURED_BY else len(_MEASURED_BY),
+    )
+    return (ranked[0], result.details[ranked[0]]) if ranked else (None, {})
+
+
+def inference_settings(report: RunReport, result: CandidateResult) -> dict[str, Any]:
+    """What an application needs to run the chosen model as it was measured: the target's own
+    document (providers, options, session options, binding) from the session details in force,
+    plus the model file, the shapes it was timed at and where the figures come from."""
+    assert result.model is not None
+    entry = report.resolved.targets[result.candidate.target]
+    target = entry.variant(result.candidate.settings)
+    evaluation, details = measured_session(report, result)
+    model_file, path = result.model.model_file, result.model.path
+    relative = model_file.relative_to(path) if path.is_dir() else Path(model_file.name)
+    document: dict[str, Any] = {
+        "kiln": __version__,
+        "candidate": result.candidate.id,
+        "target": result.candidate.target,
+        "model": "model" if relative == Path(".") else f"model/{relative.as_posix()}",
+        "searched_settings": result.candidate.settings,
+        **target.inference_settings(details.get("session") or {}),
+        "measured": {
+            "by": evaluation,
+            "io_binding": details.get("io_binding", (details.get("session") or {}).get("io_binding")),
+            "batch_size": details.get("batch_size"),
+            "input_shapes": details.get("input_shapes"),
+            "input_dtypes": details.get("input_dtypes"),
+        }
+        if evaluation
+        else None,
+    }
+    return document
+
+
+def write_inference_settings(report: RunReport, result: CandidateResult, folder: Path) -> None:
+    """``inference_settings.json`` and ``inference.py`` (the session opened as measured) beside
+    a chosen model."""
+    document = inference_settings(report, result)
+    write_json_atomic(folder / "inference_settings.json", document)
+    target = report.resolved.targets[result.candidate.target].variant(result.candidate.settings)
+    snippet = target.snippet(document, document["model"])
+    if snippet:
+        text = folder / "inference.py"
+        staging = folder / f".inference.py.{uuid.uuid4().hex[:8]}.tmp"
+        staging.write_text(snippet)
+        os.replace(staging, text)
 
 
 def _switch(staging: Path, output_dir: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine import keys
 from engine.core.artifact import ModelArtifact
+from engine.core.hashing import sha256_json
 from engine.core.refs import RefKind, referenced, references
 from engine.workflow.resolve import EvaluatorEntry, ResolvedWorkflow, Step
 from engine.workflow.resolve.model import BuiltEnvironment
@@ -78,9 +79,11 @@ class DatasetInput:
         return cls(source=data["source"], config=data["config"])
 
 
-def target_ref(resolved: ResolvedWorkflow, target_id: str) -> TargetRef:
+def target_ref(resolved: ResolvedWorkflow, target_id: str, settings: dict[str, Any] | None = None) -> TargetRef:
+    """The target as a worker builds it, running with ``settings`` (its searched session
+    settings by dotted name; none: as the workflow writes it)."""
     entry = resolved.targets[target_id]
-    return TargetRef(runtime=entry.cls.runtime, config=entry.instance.config.to_json())
+    return TargetRef(runtime=entry.cls.runtime, config=entry.variant(settings or {}).config.to_json())
 
 
 def target_python(resolved: ResolvedWorkflow, target_id: str) -> str | None:
@@ -141,10 +144,14 @@ class EvalSpec:
         target_fingerprint: dict[str, Any],
         dataset_keys: dict[str, str],
         file_digest: Callable[[Path], str],
+        reference_target: dict[str, Any] | None = None,
     ) -> Key:
-        """Its key on a model: the datasets it reads by key, the files it names by content."""
+        """Its key on a model: the datasets it reads by key, the files it names by content, and
+        the target the reference ran on when it is not the candidate's (``reference_target``)."""
         data = {name: dataset_keys[name] for name in self.datasets}
         data.update({f"file:{option}": file_digest(path) for option, path in self.files})
+        if reference_target is not None:
+            data["reference target"] = sha256_json(reference_target)
         return keys.eval_key(self.evaluator_cls, self.config, model_digest, reference_digest, target_fingerprint, data)
 
 
@@ -190,6 +197,7 @@ def pass_spec(
     target: str | None,
     fingerprint: dict[str, Any] | None,
     facet: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> PassSpec:
     """``target``: the target the job runs for (a target-dependent pass's, or the first target of
     a job shared by its facet); ``fingerprint``: what a target-dependent pass's key names;
@@ -211,7 +219,7 @@ def pass_spec(
         pass_cls=cls,
         config=config,
         parent=parent,
-        target=target_ref(resolved, target) if target else None,
+        target=target_ref(resolved, target, settings) if target else None,
         target_fingerprint=fingerprint,
         target_facet=facet,
         datasets=tuple(dict.fromkeys(datasets)),
@@ -244,6 +252,9 @@ class WorkOrder:
     reference: ModelArtifact | None = None
     input_model: ModelArtifact | None = None
     target: TargetRef | None = None
+    #: where an evaluation opens the reference model, when not on ``target`` (a candidate that
+    #: runs with searched session settings is compared with the reference on the target as written)
+    reference_target: TargetRef | None = None
     datasets: dict[str, DatasetInput] = field(default_factory=dict)
     evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict)
     python: str | None = None  # the interpreter of the environment it runs in (None: the engine's)
@@ -267,6 +278,7 @@ class WorkOrder:
             "reference": _json(self.reference),
             "input_model": _json(self.input_model),
             "target": self.target.to_json() if self.target else None,
+            "reference_target": self.reference_target.to_json() if self.reference_target else None,
             "datasets": {name: spec.to_json() for name, spec in self.datasets.items()},
             "evaluations": {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()},
             "python": self.python,
@@ -288,6 +300,7 @@ class WorkOrder:
             reference=_artifact(data.get("reference")),
             input_model=_artifact(data.get("input_model")),
             target=TargetRef.from_json(data["target"]) if data.get("target") else None,
+            reference_target=TargetRef.from_json(data["reference_target"]) if data.get("reference_target") else None,
             datasets={name: DatasetInput.from_json(spec) for name, spec in (data.get("datasets") or {}).items()},
             evaluations={eval_id: MeasuringEvaluation.from_json(ref) for eval_id, ref in (data.get("evaluations") or {}).items()},
             python=data.get("python"),

@@ -16,7 +16,7 @@ import networkx as nx
 
 from engine.core.hashing import sha256_json
 from engine.jobs import PassSpec, pass_spec
-from engine.space import SKIP, Point, TargetSpace
+from engine.space import SESSION, SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 INPUT = "input"
@@ -49,10 +49,15 @@ class Candidate:
     id: str
     target: str
     jobs: tuple[str, ...]
-    params: dict[str, Any]  # "<step>.<option>": value; "<step>": "skip" for skipped optional steps
+    params: dict[str, Any]  # "<step>.<option>": value; "<step>": "skip" for skipped optional steps; "session.<option>"
     reference: bool = False
     point: Point | None = None  # the search-space point it was made from (None: the reference)
     baseline: bool = False
+    #: the session settings it runs with where they differ from the target's own options, by
+    #: dotted option name ({} : the target as written). A candidate is a model and its settings.
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: made to try the searched settings on the reference model (the cheapest), before the sampler
+    screening: bool = False
 
 
 def _show(value: Any) -> str:
@@ -75,8 +80,8 @@ class Plan:
         self.skipped_targets: dict[str, str] = {}
         self.dropped: list[str] = []
         self.spaces: dict[str, TargetSpace] = {}
-        self._by_chain: dict[tuple[str, tuple[str, ...]], Candidate] = {}
-        self._fingerprints: dict[str, dict[str, Any]] = {}
+        self._by_chain: dict[tuple[str, tuple[str, ...], str], Candidate] = {}
+        self._fingerprints: dict[tuple[str, str], dict[str, Any]] = {}
         for target_id, entry in resolved.targets.items():
             if entry.availability.ok:
                 self.spaces[target_id] = TargetSpace(resolved, target_id)
@@ -84,17 +89,22 @@ class Plan:
                 self.skipped_targets[target_id] = entry.availability.reason
 
     # -- the DAG --------------------------------------------------------------------------------
-    def job(self, parent: str | None, step: Step, params: dict[str, Any], target: str) -> str:
+    def job(self, parent: str | None, step: Step, params: dict[str, Any], target: str, settings: dict[str, Any] | None = None) -> str:
+        """The job of ``step`` with ``params`` after ``parent``, for ``target`` running with
+        ``settings``: a target-dependent pass sees the target as the candidate runs it; a pass
+        with a facet is shared by every variant with the same facet."""
         cls = step.pass_cls
         step_config = {**step.config, **params}
-        fingerprint = self.fingerprint(target)
+        settings = settings or {}
+        fingerprint = self.fingerprint(target, settings)
         # what of the target the output depends on (Pass.target_facet), asked of the step's config
         # as written; the job then runs with the options left to the target resolved
         facet = cls.target_facet(step_config, fingerprint)
         config = cls.resolve_for_target(step_config, fingerprint)
         if cls.target_dependent:
             job_target: str | None = target
-            identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": target})
+            document = {"parent": parent, "step": step.id, "config": config, "target": target}
+            identity = sha256_json({**document, "settings": settings} if settings else document)
         elif facet is None:
             job_target = None
             identity = sha256_json({"parent": parent, "step": step.id, "config": config, "target": None})
@@ -112,6 +122,7 @@ class Plan:
                 job_target,
                 facet if cls.target_dependent else None,
                 None if cls.target_dependent else facet,
+                settings=settings if job_target is not None else None,
             )
             self.jobs[identity] = Job(
                 id=identity, step_id=step.id, parent=parent, config=config, params=params, target=job_target, spec=spec
@@ -119,14 +130,23 @@ class Plan:
             self.graph.add_edge(parent or INPUT, identity)
         return identity
 
-    def fingerprint(self, target: str | None) -> dict[str, Any] | None:
-        """The target's fingerprint (computed once per plan)."""
+    def fingerprint(self, target: str | None, settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The fingerprint of the target running with ``settings`` (computed once per plan)."""
         if target is None:
             return None
-        if target not in self._fingerprints:
+        known = (target, sha256_json(settings or {}))
+        if known not in self._fingerprints:
             entry = self.resolved.targets[target]
-            self._fingerprints[target] = entry.fingerprint or entry.instance.fingerprint()
-        return self._fingerprints[target]
+            base = entry.fingerprint or entry.instance.fingerprint()
+            if settings:
+                # a variant differs from its target in its options alone (measured inside the
+                # target's environment when it has one: the libraries are the target's)
+                options = entry.variant(settings).config.to_json()
+                options.pop("id", None)
+                options.pop("resources", None)
+                base = {**base, "options": options}
+            self._fingerprints[known] = base
+        return self._fingerprints[known]
 
     def spec(self, job_id: str) -> PassSpec:
         spec = self.jobs[job_id].spec
@@ -153,32 +173,42 @@ class Plan:
         return [node for node in nx.topological_sort(self.graph) if node != INPUT]
 
     def label(self, candidate: Candidate) -> str:
-        return " → ".join(self.jobs[j].label for j in candidate.jobs) or "input model"
+        text = " → ".join(self.jobs[j].label for j in candidate.jobs) or "input model"
+        if candidate.settings:
+            text += f" | {_label(SESSION, candidate.settings)}"
+        return text
 
     def candidates_of(self, target: str) -> list[Candidate]:
         return [c for c in self.candidates if c.target == target]
 
     # -- candidates -----------------------------------------------------------------------------
-    def _add(self, target: str, jobs: tuple[str, ...], params: dict[str, Any], fmt: str, **flags: Any) -> Candidate | None:
+    def _add(
+        self, target: str, jobs: tuple[str, ...], params: dict[str, Any], fmt: str, settings: dict[str, Any], **flags: Any
+    ) -> Candidate | None:
         entry = self.resolved.targets[target]
         if fmt not in entry.cls.accepts:
             note = f"{target}: path {' → '.join(self.jobs[j].label for j in jobs) or 'input model'} ends in a {fmt} model, which {entry.cls.runtime} cannot run"
             if note not in self.dropped:
                 self.dropped.append(note)
             return None
-        known = self._by_chain.get((target, jobs))
+        identity = (target, jobs, sha256_json(settings))
+        known = self._by_chain.get(identity)
         if known is not None:
             known.reference |= flags.get("reference", False)
             known.baseline |= flags.get("baseline", False)
             return known
-        candidate = Candidate(id=f"{target}/{len(self.candidates_of(target))}", target=target, jobs=jobs, params=params, **flags)
-        self._by_chain[(target, jobs)] = candidate
+        candidate = Candidate(
+            id=f"{target}/{len(self.candidates_of(target))}", target=target, jobs=jobs, params=params, settings=settings, **flags
+        )
+        self._by_chain[identity] = candidate
         self.candidates.append(candidate)
         return candidate
 
-    def reference(self, target: str) -> Candidate | None:
+    def reference(self, target: str, settings: dict[str, Any] | None = None) -> Candidate | None:
         """The unoptimized model on ``target``: the first model on its first path that it can run,
-        made by the path's non-optional steps with their configured options."""
+        made by the path's non-optional steps with their configured options. With ``settings``:
+        that model running with them (a screening candidate: the settings tried on the cheapest
+        model first), else the reference itself."""
         accepts = self.resolved.targets[target].cls.accepts
         space = self.spaces[target]
         jobs: tuple[str, ...] = ()
@@ -189,9 +219,12 @@ class Plan:
                 break
             if step.optional:
                 continue
-            parent = self.job(parent, step, {}, target)
+            parent = self.job(parent, step, {}, target, settings)
             jobs, fmt = (*jobs, parent), step.pass_cls.produces
-        return self._add(target, jobs, {}, fmt, reference=True)
+        if settings:
+            params = {f"{SESSION}.{name}": value for name, value in settings.items()}
+            return self._add(target, jobs, params, fmt, settings, screening=True)
+        return self._add(target, jobs, {}, fmt, {}, reference=True)
 
     def candidate(self, target: str, point: Point, baseline: bool = False) -> Candidate | None:
         """The candidate a point of ``target``'s space stands for (made once, then shared)."""
@@ -200,16 +233,18 @@ class Plan:
         jobs: tuple[str, ...] = ()
         params: dict[str, Any] = {}
         fmt = self.resolved.input.format
+        settings = self.resolved.targets[target].settings_of(space.settings(point))
         for step in space.chain(point):
             step_params = space.step_params(step, point)
             if step_params is None:
                 params[step.id] = SKIP
                 continue
-            parent = self.job(parent, step, step_params, target)
+            parent = self.job(parent, step, step_params, target, settings)
             jobs = (*jobs, parent)
             params.update({f"{step.id}.{k}": v for k, v in step_params.items()})
             fmt = step.pass_cls.produces
-        candidate = self._add(target, jobs, params, fmt, point=point, baseline=baseline)
+        params.update({name: value for name, value in point.items() if name.startswith(f"{SESSION}.")})
+        candidate = self._add(target, jobs, params, fmt, settings, point=point, baseline=baseline)
         if candidate is not None and candidate.point is None:
             candidate.point = point
         return candidate

@@ -74,10 +74,15 @@ class Runner:
     def job_key(self, job_id: str, input_digest: str) -> Key:
         return self.plan.spec(job_id).key(input_digest, self.datasets.keys, self.input.digest)
 
-    def eval_key(self, spec: EvalSpec, model_digest: str, reference_digest: str | None, target_id: str) -> Key:
-        fingerprint = self.plan.fingerprint(target_id)
+    def eval_key(
+        self, spec: EvalSpec, model_digest: str, reference_digest: str | None, target_id: str, settings: dict[str, Any] | None = None
+    ) -> Key:
+        fingerprint = self.plan.fingerprint(target_id, settings)
         assert fingerprint is not None
-        return spec.key(model_digest, reference_digest, fingerprint, self.datasets.keys, self._file_digest)
+        # a candidate with its own session settings is compared with the reference on the target
+        # as written: that target is part of what the evaluation measured
+        reference_on = self.plan.fingerprint(target_id) if settings and reference_digest else None
+        return spec.key(model_digest, reference_digest, fingerprint, self.datasets.keys, self._file_digest, reference_on)
 
     def _file_digest(self, path: Path) -> str:
         return self.store.cached_digest(path, "file")
@@ -216,8 +221,9 @@ class Runner:
     ) -> tuple[dict[str, Any] | None, str | None]:
         """One evaluation of a candidate's model: its record, or None and why it failed."""
         model, target, candidate = result.model, result.candidate.target, result.candidate.id
+        settings = result.candidate.settings
         assert model is not None
-        key, key_doc = self.eval_key(spec, model.digest, reference.digest if reference else None, target)
+        key, key_doc = self.eval_key(spec, model.digest, reference.digest if reference else None, target, settings)
         result.eval_keys[spec.id] = key
         if result.candidate.jobs:
             self.store.remember(self.plan.slot(result.candidate.jobs[-1], spec.id, target), key, key_doc)
@@ -232,7 +238,8 @@ class Runner:
                 model=model,
                 reference=reference,
                 input_model=self.input,
-                target=target_ref(self.resolved, target),
+                target=target_ref(self.resolved, target, settings),
+                reference_target=target_ref(self.resolved, target) if settings and reference is not None else None,
                 datasets=self.datasets.inputs(spec.datasets),
                 python=target_python(self.resolved, target),
             )

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.core.hashing import sha256_json
 from engine.core.search import Categorical, Outcome, Trial, TrialState
-from engine.space import Point, TargetSpace
+from engine.space import SESSION, Point, TargetSpace
 from engine.trials import Heartbeat, file_lock, history_length, open_storage, open_study, reclaim_stale
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,10 @@ class OptunaSampler:
                 key = f"{step.id}.{name}"
                 if key in point and isinstance(dim.distribution, Categorical) and point[key] not in dim.distribution.choices:
                     point[key] = dim.distribution.choices[int(point[key])]
+        for name, dim in self.space.settings_dims.items():
+            key = f"{SESSION}.{name}"
+            if key in point and isinstance(dim.distribution, Categorical) and point[key] not in dim.distribution.choices:
+                point[key] = dim.distribution.choices[int(point[key])]
         return point
 
     def resume(self) -> list[Trial]:

@@ -43,11 +43,17 @@ def full_schema() -> dict[str, Any]:
     defs = schema.setdefault("$defs", {})
     defs["StepSpec"]["allOf"] = _plugin_branches("passes", defs)
     defs["EvaluateSpec"]["allOf"] = _plugin_branches("evaluators", defs)
-    schema["properties"]["targets"]["items"] = {
-        "type": "object",
-        "required": ["id", "runtime"],
-        "allOf": _plugin_branches("targets", defs),
-    }
+    targets = _plugin_branches("targets", defs)
+    for branch in targets:  # `search:` is the workflow's, beside the runtime's own options
+        branch["then"].setdefault("properties", {})["search"] = {
+            "type": "object",
+            "description": (
+                "Session settings to search over, by option name (dotted for nested options: cuda.enable_cuda_graph): "
+                "a list of values, or {low, high, log, step}, optionally with `when:`. A candidate is a model and its settings."
+            ),
+            "additionalProperties": {"anyOf": [{"type": "array", "minItems": 1}, {"$ref": "#/$defs/SearchOption"}]},
+        }
+    schema["properties"]["targets"]["items"] = {"type": "object", "required": ["id", "runtime"], "allOf": targets}
     schema["properties"]["data"]["additionalProperties"] = {
         "type": "object",
         "required": ["source"],

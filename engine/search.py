@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from engine.core.hashing import sha256_json
-from engine.core.search import Outcome, Sampler, Trial, TrialState
+from engine.core.search import FloatRange, Outcome, Sampler, Trial, TrialState
+from engine.core.stats import Interval
 from engine.planner import Candidate
 from engine.results import CandidateResult
 from engine.runner import Runner
 from engine.samplers import make_sampler
-from engine.select import judge, paired_metric, slack
+from engine.select import interval_of, judge, paired_metric, slack
 from engine.workflow.resolve import ResolvedWorkflow
 
 
@@ -74,6 +76,8 @@ class TargetSearch:
         self.spec = runner.resolved.spec.search
         self.space = runner.plan.spaces[target]
         self.seen: set[str] = set()
+        #: session settings (as sha256 of their JSON) that lost clearly on the reference model
+        self.pruned_settings: dict[str, str] = {}
 
     def sampler(self) -> Sampler:
         if self._sampler is not None:
@@ -136,6 +140,7 @@ class TargetSearch:
             for baseline, result in zip(baselines, self.process_all(baselines), strict=True):
                 if baseline.point is not None:
                     sampler.tell(Trial(baseline.point), self.outcome(result))  # a point it did not propose
+        self._screen_settings()
         # a resumed search: what earlier runs finished comes back from the cache
         for finished in sampler.resume():
             again = plan.candidate(self.target, dict(finished.point))
@@ -153,6 +158,13 @@ class TargetSearch:
                 if candidate is None:
                     sampler.tell(trial, Outcome(TrialState.FAILED))
                     continue
+                if sha256_json(candidate.settings) in self.pruned_settings:
+                    # settings that already lost clearly on the reference model are not measured again
+                    sampler.tell(trial, Outcome(TrialState.PRUNED))
+                    repeats += 1
+                    if repeats >= limit:
+                        break
+                    continue
                 if candidate.id in self.seen or any(c.id == candidate.id for _, c in wave):
                     repeats += 1
                     known = self.runner.results.get(candidate.id)
@@ -169,6 +181,44 @@ class TargetSearch:
             results = self.process_all([c for _, c in wave])
             for (trial, _), result in zip(wave, results, strict=True):
                 sampler.tell(trial, self.outcome(result))
+
+    def _screen_settings(self) -> None:
+        """Try each combination of the target's searched session settings on the reference model
+        (the cheapest: its jobs are built), before the sampler. Settings whose paired timing is
+        clearly worse there — the whole interval of the speedup over the target's own settings
+        below 1 — are pruned: a point the sampler proposes with them is told PRUNED and not built.
+        The screening candidates are candidates like any other (the reference model with better
+        settings may be the answer)."""
+        resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
+        if not space.settings_dims or any(isinstance(d.distribution, FloatRange) for d in space.settings_dims.values()):
+            return
+        paired = paired_metric(resolved, resolved.spec.select.objective.metric)
+        entry = resolved.targets[self.target]
+        tried: dict[str, dict[str, Any]] = {sha256_json({}): {}}
+        for point in space.settings_grid():
+            settings = entry.settings_of(space.settings(point))
+            tried.setdefault(sha256_json(settings), settings)
+        screening = [c for s in list(tried.values())[1:] if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen]
+        if self.spec.max_candidates is not None:
+            screening = screening[: max(0, self.spec.max_candidates - len(self.seen))]
+        if not screening:
+            return
+        confidence = resolved.spec.select.confidence
+        for result in self.process_all(screening):
+            if paired is None or result.state != "complete" or paired not in result.metrics:
+                continue
+            interval = interval_of(result, paired, confidence)
+            if interval is None:  # the workflow judges point estimates: a loss beyond the tie margin
+                value = result.metrics[paired]
+                interval = Interval(value, value, value, 1.0) if value < 1.0 - resolved.spec.select.tie_within else None
+            if interval is not None and interval.high < 1.0:
+                shown = ", ".join(f"{k}={v}" for k, v in result.candidate.settings.items())
+                note = (
+                    f"{self.target}: settings ({shown}) pruned: on the reference model ({result.candidate.id}) {paired} was "
+                    f"{interval.estimate:.3g} [{interval.low:.3g}, {interval.high:.3g}] of the target's own settings"
+                )
+                self.pruned_settings[sha256_json(result.candidate.settings)] = note
+                plan.dropped.append(note)
 
 
 def search(runner: Runner) -> None:

@@ -2,7 +2,9 @@
 optional step runs, and the value of each searched option — conditional options included.
 
 A point is a flat dict: ``branch`` (an index into the target's paths, present when there is more
-than one), ``<step>`` ("apply" | "skip") for optional steps, ``<step>.<option>`` for options.
+than one), ``<step>`` ("apply" | "skip") for optional steps, ``<step>.<option>`` for options,
+and ``session.<option>`` for the target's searched session settings (``session.intra_op_threads``,
+``session.cuda.enable_cuda_graph``): a candidate is a model and the settings it runs with.
 The same names are used in records, reports and the samplers' storage.
 """
 
@@ -12,11 +14,13 @@ import itertools
 import math
 from typing import Any
 
-from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, grid_points, ordered_dims
+from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, flatten, grid_points, ordered_dims
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 Point = dict[str, Any]
 APPLY, SKIP = "apply", "skip"
+#: the prefix of a point's session settings (a step may not be named so while a target searches)
+SESSION = "session"
 
 
 def chains_for(steps: dict[str, Step], target: str) -> list[list[Step]]:
@@ -48,6 +52,10 @@ class TargetSpace:
         self.resolved = resolved
         self.target = target
         self.chains = chains_for(resolved.steps, target)
+        entry = resolved.targets[target]
+        #: the target's searched session settings, by dotted option name
+        self.settings_dims: dict[str, SearchDim] = dict(entry.search)
+        self._own = flatten(entry.instance.config.model_dump(mode="json"))
 
     # -- what a point means ---------------------------------------------------------------------
     def chain(self, point: Point) -> list[Step]:
@@ -61,9 +69,34 @@ class TargetSpace:
         prefix = f"{step.id}."
         return {name[len(prefix) :]: value for name, value in point.items() if name.startswith(prefix)}
 
+    @staticmethod
+    def settings(point: Point) -> dict[str, Any]:
+        """A point's session settings by dotted option name (``cuda.enable_cuda_graph``)."""
+        prefix = f"{SESSION}."
+        return {name[len(prefix) :]: value for name, value in point.items() if name.startswith(prefix)}
+
+    def settings_grid(self) -> list[Point]:
+        """Every combination of the searched settings, as point entries (``session.<option>``)."""
+        if not self.settings_dims:
+            return [{}]
+        return [{f"{SESSION}.{k}": v for k, v in p.items()} for p in grid_points(self.settings_dims, self._own)]
+
+    def default_settings(self) -> Point:
+        """The settings as the target writes them (the searched ones that are active)."""
+        point: Point = {}
+        for name in ordered_dims(self.settings_dims):
+            if self.settings_dims[name].active({**self._own, **self.settings(point)}):
+                point[f"{SESSION}.{name}"] = self._own.get(name)
+        return point
+
     # -- enumerating ----------------------------------------------------------------------------
     def grid(self) -> list[Point]:
-        """Every point, in a stable order: path by path, then steps' options in file order."""
+        """Every point, in a stable order: path by path, then steps' options in file order, then
+        the session settings."""
+        points = [{**model, **settings} for model in self._model_grid() for settings in self.settings_grid()]
+        return points
+
+    def _model_grid(self) -> list[Point]:
         points: list[Point] = []
         for index, chain in enumerate(self.chains):
             per_step: list[list[Point]] = []
@@ -83,6 +116,8 @@ class TargetSpace:
 
     def size(self) -> int | None:
         """How many distinct points the space has; None when a float range makes it continuous."""
+        if any(isinstance(d.distribution, FloatRange) for d in self.settings_dims.values()):
+            return None
         for chain in self.chains:
             for step in chain:
                 if any(isinstance(d.distribution, FloatRange) for d in step.search.values()):
@@ -100,7 +135,7 @@ class TargetSpace:
                 for name in ordered_dims(step.search):
                     if step.search[name].active({**step.config, **self.step_params(step, point)}):
                         point[f"{step.id}.{name}"] = step.config.get(name)
-            points.append(point)
+            points.append({**point, **self.default_settings()})
         return points
 
     # -- sampling (optuna, define-by-run) -------------------------------------------------------
@@ -119,6 +154,10 @@ class TargetSpace:
                 dim = step.search[name]
                 if dim.active({**step.config, **self.step_params(step, point)}):
                     point[f"{step.id}.{name}"] = _suggest(trial, f"{step.id}.{name}", dim)
+        for name in ordered_dims(self.settings_dims):
+            dim = self.settings_dims[name]
+            if dim.active({**self._own, **self.settings(point)}):
+                point[f"{SESSION}.{name}"] = _suggest(trial, f"{SESSION}.{name}", dim)
         return point
 
     def distributions(self, point: Point) -> dict[str, Any] | None:
@@ -139,6 +178,13 @@ class TargetSpace:
                 if not dim.distribution.contains(point[key]):
                     return None
                 out[key] = _optuna_distribution(dim)
+        for name, dim in self.settings_dims.items():
+            key = f"{SESSION}.{name}"
+            if key not in point:
+                continue
+            if not dim.distribution.contains(point[key]):
+                return None
+            out[key] = _optuna_distribution(dim)
         return out
 
     def to_optuna(self, point: Point) -> dict[str, Any]:
@@ -149,6 +195,10 @@ class TargetSpace:
                 key = f"{step.id}.{name}"
                 if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
                     params[key] = dim.distribution.choices.index(params[key])
+        for name, dim in self.settings_dims.items():
+            key = f"{SESSION}.{name}"
+            if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
+                params[key] = dim.distribution.choices.index(params[key])
         return params
 
 

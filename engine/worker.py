@@ -25,19 +25,21 @@ from pydantic import ValidationError
 from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import KilnError
-from engine.jobs import WorkOrder
+from engine.jobs import TargetRef, WorkOrder
 from engine.store import Store, write_json_atomic
 
 log = logging.getLogger("kiln.worker")
 
 
-def _target(job: WorkOrder) -> Any:
-    if job.target is None:
+def _target(job: WorkOrder, ref: TargetRef | None = None) -> Any:
+    """The order's target (or ``ref``, another target of the order), built in this process."""
+    ref = ref or job.target
+    if ref is None:
         return None
-    cls = registry.load("targets", job.target.runtime)
-    target = cls(cls.Config(**job.target.config))
+    cls = registry.load("targets", ref.runtime)
+    target = cls(cls.Config(**ref.config))
     # where the target keeps what it compiles (TensorRT engines, ...), beside the store's objects
-    target.cache_dir = Path(job.store) / "targetcache" / job.target.runtime if job.store else None
+    target.cache_dir = Path(job.store) / "targetcache" / ref.runtime if job.store else None
     return target
 
 
@@ -147,6 +149,7 @@ def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
 
     ctx = EvalContext(
         target=target,
+        reference_target=_target(job, job.reference_target) if job.reference_target is not None else None,
         workdir=workdir,
         reference=reference,
         datasets=_dataset_loaders(job, input_model, signature),

@@ -225,3 +225,31 @@ class Sampler(Protocol):
     def tell(self, trial: Trial, outcome: Outcome) -> None: ...
 
     def close(self) -> None: ...
+
+
+# -- dotted option names (a target's searched settings: `cuda.enable_cuda_graph`) -------------------
+def overlay(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with each dotted name in ``values`` set (``{"cuda.use_tf32": True}`` sets
+    ``config["cuda"]["use_tf32"]``; a nested mapping that is missing or None is created)."""
+    out: dict[str, Any] = {key: dict(value) if isinstance(value, Mapping) else value for key, value in config.items()}
+    for name, value in values.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for part in parents:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, Mapping) else {}
+            node = node[part]
+        node[leaf] = value
+    return out
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every option of ``config`` by its dotted name, nested mappings' options included (the
+    mappings themselves too, under their own names)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        out[name] = value
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+    return out

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from engine.core.errors import InputError, Problem
 from engine.workflow.problems import problems_from_validation
-from engine.workflow.resolve.checks import metric_refs
+from engine.workflow.resolve.checks import metric_refs, session_name_free
 from engine.workflow.resolve.inputs import WEIGHT_FILES, resolve_input
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel, ResolvedWorkflow, Step, TargetEntry
 from engine.workflow.resolve.parts import parts_of
@@ -42,6 +42,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     evaluators = resolve_evaluators(parts, source, problems)
     if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known
         problems.extend(metric_refs(parts.metrics, evaluators, source))
+    problems.extend(session_name_free(steps, targets, source))
     if problems:
         raise InputError(problems)
     assert spec is not None and input_model is not None

@@ -275,3 +275,20 @@ def fixed_and_searched(config: Any, search: Any, source: WorkflowSource, where: 
         for option, spec in search.items()
         if option in config and not _searchable(config[option], spec)
     ]
+
+
+def session_name_free(steps: dict[str, Step], targets: dict[str, Any], source: WorkflowSource) -> list[Problem]:
+    """A target's searched settings are named ``session.<option>`` in points and records, so no
+    step may be called ``session`` while a target searches its settings."""
+    searching = [tid for tid, entry in targets.items() if entry.search]
+    if "session" not in steps or not searching:
+        return []
+    index = list(steps).index("session")
+    return [
+        source.problem(
+            ("steps", index, "id"),
+            f"step id 'session' is reserved while a target searches its session settings (target {', '.join(searching)})",
+            given="session",
+            hint="rename the step",
+        )
+    ]

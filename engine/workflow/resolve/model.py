@@ -11,6 +11,8 @@ from engine.core.search import SearchDim
 from engine.core.target import Availability, Target
 from engine.workflow.schema import Workflow
 
+_MISSING = object()
+
 
 @dataclass
 class InputModel:
@@ -56,6 +58,28 @@ class TargetEntry:
     availability: Availability
     #: the target's fingerprint measured inside its environment (None: ``instance.fingerprint()``)
     fingerprint: dict[str, Any] | None = None
+    #: its searched session settings by dotted option name (``intra_op_threads``, ``cuda.enable_cuda_graph``)
+    search: dict[str, SearchDim] = field(default_factory=dict)
+
+    def variant(self, settings: dict[str, Any]) -> Target:
+        """The target with ``settings`` (dotted option names) in place of its own options."""
+        if not settings:
+            return self.instance
+        from engine.core.search import overlay
+
+        return self.cls(self.cls.Config(**overlay(self.instance.config.model_dump(mode="json"), settings)))
+
+    def settings_of(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The searched values that differ from the target's own options: a point's settings
+        as they change the target (an empty dict is the target as written)."""
+        from engine.core.search import flatten
+
+        config = self.instance.config
+        own = flatten(config.model_dump(mode="json"))
+        changed = {name: value for name, value in sorted(values.items()) if own.get(name, _MISSING) != value}
+        if changed and self.variant(changed).config.to_json() == config.to_json():
+            return {}  # spelled differently, the same target (an option set to its default)
+        return changed
 
 
 @dataclass

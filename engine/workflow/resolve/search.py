@@ -101,3 +101,90 @@ def resolve_search(
     if config is not None and dims:
         problems.extend(_invalid_points(cls, config, dims, source, where, owner))
     return dims
+
+
+#: target options that are never searched: what names the target and where it runs
+UNSEARCHED_TARGET_OPTIONS = ("id", "runtime", "device", "environment", "resources")
+
+
+def option_names(model: Any, prefix: str = "", depth: int = 2) -> list[str]:
+    """The options of a pydantic model by dotted name: its fields, and the fields of fields
+    typed as another model (``cuda.enable_cuda_graph``), ``depth`` levels down."""
+    import typing
+
+    from pydantic import BaseModel
+
+    names: list[str] = []
+    for name, info in model.model_fields.items():
+        names.append(f"{prefix}{name}")
+        if depth <= 1:
+            continue
+        for kind in (info.annotation, *typing.get_args(info.annotation)):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                names.extend(option_names(kind, f"{prefix}{name}.", depth - 1))
+    return names
+
+
+def resolve_target_search(
+    cls: Any, options: dict[str, Any], raw: Any, source: WorkflowSource, where: Where, owner: str, problems: list[Problem]
+) -> dict[str, SearchDim]:
+    """A target's ``search:``: its session settings (threads, provider options, ...) as
+    distributions, named by dotted option names; every grid point is checked against the
+    target's Config, so a value the runtime refuses is caught before anything runs."""
+    from engine.core.search import flatten, overlay
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(
+            source.problem((*where, "search"), "a target's search is a mapping", expected="{option: [values]}", given=repr(raw))
+        )
+        return {}
+    fields = [name for name in option_names(cls.Config) if name.split(".")[0] not in UNSEARCHED_TARGET_OPTIONS]
+    dims: dict[str, SearchDim] = {}
+    for option, spec in raw.items():
+        at = (*where, "search", option)
+        if option.split(".")[0] in UNSEARCHED_TARGET_OPTIONS:
+            problems.append(
+                source.problem(
+                    at,
+                    f"{owner}'s option '{option}' names the target and cannot be searched",
+                    expected="a session setting: " + ", ".join(fields[:12]) + (", ..." if len(fields) > 12 else ""),
+                    given=option,
+                    hint="declare one target per device or runtime instead",
+                )
+            )
+            continue
+        if option not in fields:
+            problems.append(_unknown_option(option, fields, owner, source, at, "search"))
+            continue
+        dim, found = _dimension(option, spec, fields, owner, source, at)
+        problems.extend(found)
+        if dim is not None:
+            dims[option] = dim
+    if not dims:
+        return dims
+    try:
+        points = grid_points(dims, flatten(options), limit=GRID_CHECK_LIMIT)
+    except ValueError as error:
+        problems.append(source.problem((*where, "search"), str(error)))
+        return dims
+    reported: set[str] = set()
+    for point in points:
+        try:
+            cls.Config(**overlay(options, point))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            loc = ".".join(str(part) for part in first["loc"])
+            if loc in reported:
+                continue
+            reported.add(loc)
+            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
+            problems.append(
+                source.problem(
+                    (*where, "search", *([loc] if loc in dims else [])),
+                    f"the searched settings ({shown}) are not a valid config of {owner}: {first['msg']}",
+                    hint="narrow the values, or make the option conditional with `when:`",
+                )
+            )
+    return dims

@@ -17,6 +17,7 @@ from engine.workflow.resolve.checks import dataset_refs
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, TargetEntry
 from engine.workflow.resolve.parts import Parts
 from engine.workflow.resolve.plugins import Where, config_model, existing_file, lookup, validate_config
+from engine.workflow.resolve.search import resolve_target_search
 from engine.workflow.source import WorkflowSource
 
 
@@ -77,17 +78,26 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
     cls = lookup("targets", options.get("runtime"), source, (*where, "runtime"), problems)
     if cls is None:
         return None
+    # `search:` is the workflow's (the target's searched session settings), not the runtime's
+    options = dict(options)
+    raw_search = options.pop("search", None)
     try:
         config = cls.Config(**options)
     except ValidationError as error:
         problems.extend(problems_from_validation(error, source, where, cls.Config, f"runtime '{cls.runtime}'"))
         return None
+    owner = f"target '{config.id}' ({cls.runtime})"
+    search = resolve_target_search(cls, config.model_dump(mode="json"), raw_search, source, where, owner, problems)
     instance = cls(config)
     if config.environment is not None:  # checked inside the environment (engine.environments.prepare)
         return TargetEntry(
-            id=config.id, cls=cls, instance=instance, availability=Availability(ok=False, reason=config.environment.not_built())
+            id=config.id,
+            cls=cls,
+            instance=instance,
+            availability=Availability(ok=False, reason=config.environment.not_built()),
+            search=search,
         )
-    return TargetEntry(id=config.id, cls=cls, instance=instance, availability=instance.availability())
+    return TargetEntry(id=config.id, cls=cls, instance=instance, availability=instance.availability(), search=search)
 
 
 def resolve_targets(parts: Parts, source: WorkflowSource, problems: list[Problem]) -> dict[str, TargetEntry]:
