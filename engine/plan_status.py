@@ -13,6 +13,7 @@ from engine.datasets import Datasets, input_artifact
 from engine.jobs import EvalSpec
 from engine.keys import explain
 from engine.planner import Candidate, Plan, build_plan
+from engine.space import SESSION
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -97,7 +98,8 @@ def _space_status(plan: Plan, target: str) -> SpaceStatus:
     space = plan.spaces[target]
     steps = [step for chain in space.chains for step in chain]
     dims = {f"{s.id}.{o}" for s in steps for o in s.search} | {s.id for s in steps if s.optional}
-    return SpaceStatus(target=target, size=space.size(), paths=len(space.chains), dimensions=tuple(sorted(dims)))
+    settings = tuple(f"{SESSION}.{name}" for name in space.settings_dims)
+    return SpaceStatus(target=target, size=space.size(), paths=len(space.chains), dimensions=(*sorted(dims), *settings))
 
 
 def _job_status(

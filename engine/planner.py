@@ -272,6 +272,8 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
     limit = limit if limit is not None else resolved.spec.search.max_candidates
     for target, space in plan.spaces.items():
         plan.reference(target)
+        for settings in screening_settings(resolved, space):  # tried on the reference model first (engine.search)
+            plan.reference(target, settings)
         for point in space.grid():
             if limit is not None and len(plan.candidates_of(target)) >= limit:
                 plan.dropped.append(
@@ -281,3 +283,20 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
             plan.candidate(target, point)
     plan.prune_unused()
     return plan
+
+
+def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[dict[str, Any]]:
+    """The distinct settings of a target's searched session settings other than its own, in grid
+    order: what the search tries on the reference model before the sampler. None for a continuous
+    range."""
+    from engine.core.search import FloatRange
+
+    if not space.settings_dims or any(isinstance(d.distribution, FloatRange) for d in space.settings_dims.values()):
+        return []
+    entry = resolved.targets[space.target]
+    found: dict[str, dict[str, Any]] = {}
+    for point in space.settings_grid():
+        settings = entry.settings_of(space.settings(point))
+        if settings:
+            found.setdefault(sha256_json(settings), settings)
+    return list(found.values())

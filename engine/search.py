@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from engine.core.hashing import sha256_json
-from engine.core.search import FloatRange, Outcome, Sampler, Trial, TrialState
+from engine.core.search import Outcome, Sampler, Trial, TrialState
 from engine.core.stats import Interval
-from engine.planner import Candidate
+from engine.planner import Candidate, screening_settings
 from engine.results import CandidateResult
 from engine.runner import Runner
 from engine.samplers import make_sampler
@@ -134,13 +133,13 @@ class TargetSearch:
 
     def _search(self, sampler: Sampler) -> None:
         plan = self.runner.plan
+        self._screen_settings()
         if self.spec.baselines:
             baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen]
             baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
             for baseline, result in zip(baselines, self.process_all(baselines), strict=True):
                 if baseline.point is not None:
                     sampler.tell(Trial(baseline.point), self.outcome(result))  # a point it did not propose
-        self._screen_settings()
         # a resumed search: what earlier runs finished comes back from the cache
         for finished in sampler.resume():
             again = plan.candidate(self.target, dict(finished.point))
@@ -190,15 +189,10 @@ class TargetSearch:
         The screening candidates are candidates like any other (the reference model with better
         settings may be the answer)."""
         resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
-        if not space.settings_dims or any(isinstance(d.distribution, FloatRange) for d in space.settings_dims.values()):
-            return
         paired = paired_metric(resolved, resolved.spec.select.objective.metric)
-        entry = resolved.targets[self.target]
-        tried: dict[str, dict[str, Any]] = {sha256_json({}): {}}
-        for point in space.settings_grid():
-            settings = entry.settings_of(space.settings(point))
-            tried.setdefault(sha256_json(settings), settings)
-        screening = [c for s in list(tried.values())[1:] if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen]
+        screening = [
+            c for s in screening_settings(resolved, space) if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen
+        ]
         if self.spec.max_candidates is not None:
             screening = screening[: max(0, self.spec.max_candidates - len(self.seen))]
         if not screening:
