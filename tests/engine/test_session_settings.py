@@ -30,10 +30,12 @@ def test_settings_multiply_the_candidates_and_the_target_as_written_is_no_settin
     # the target writes intra_op_threads: 1, so threads=1 is the target as written: no settings
     assert shown == {
         "input model": {},
+        "input model | session(intra_op_threads=2)": {"intra_op_threads": 2},  # tried on the reference model first
         "int8(per_channel=false)": {},
         "int8(per_channel=false) | session(intra_op_threads=2)": {"intra_op_threads": 2},
     }
-    one, two = plan.candidates[1:]
+    assert plan.candidates[1].screening
+    one, two = plan.candidates[2:]
     assert one.jobs == two.jobs  # ort_quantize does not depend on the target: one job for both
     assert one.params["session.intra_op_threads"] == 1 and two.params["session.intra_op_threads"] == 2
     assert plan.fingerprint("cpu", two.settings)["options"]["intra_op_threads"] == 2
