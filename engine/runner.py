@@ -226,7 +226,8 @@ class Runner:
         key, key_doc = self.eval_key(spec, model.digest, reference.digest if reference else None, target, settings)
         result.eval_keys[spec.id] = key
         if result.candidate.jobs:
-            self.store.remember(self.plan.slot(result.candidate.jobs[-1], spec.id, target), key, key_doc)
+            place = f"{target} {self.plan.label(result.candidate)}" if settings else target  # settings variants apart
+            self.store.remember(self.plan.slot(result.candidate.jobs[-1], spec.id, place), key, key_doc)
 
         def order() -> WorkOrder:
             return WorkOrder(
