@@ -36,7 +36,8 @@ def test_the_reference_alone_gives_every_metric_and_speedup_one(make_model, make
     assert d["io_binding"] == "off"
     assert d["input_shapes"] == {"input_ids": [2, 16], "attention_mask": [2, 16]}
     assert d["requests"] >= 2
-    assert set(d["noise"]) >= {"others_cores_mean", "loaded"}
+    # what the engine's summary of timings taken under load reads (as latency's)
+    assert set(d["noise"]) >= {"others_cores_mean", "others_cores_max", "busy_rounds_kept", "loaded"}
 
 
 def test_one_request_in_flight_serves_about_batch_over_latency(make_model, make_ctx) -> None:
