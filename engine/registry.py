@@ -37,6 +37,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",
+        "throughput": "evaluators.throughput:Throughput",
         "fidelity": "evaluators.fidelity:Fidelity",
         "accuracy": "evaluators.accuracy:Accuracy",
         "size": "evaluators.size:Size",

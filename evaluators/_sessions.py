@@ -6,6 +6,7 @@ numpy is imported inside the functions: evaluator modules import this one at val
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -20,13 +21,14 @@ if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
     from engine.core.data import Dataset
     from engine.core.evaluator import EvalContext
-    from engine.core.target import Session, TensorSpec
+    from engine.core.target import Session, Target, TensorSpec
 
 
-def open_session(ctx: EvalContext, model: ModelArtifact, role: str = "model") -> Session:
-    """``ctx.target.open_session(model)``; a model the target cannot load becomes an
-    EvaluationError (a missing library or an unavailable target keeps its own error)."""
-    target = ctx.target
+def open_session(ctx: EvalContext, model: ModelArtifact, role: str = "model", target: Target | None = None) -> Session:
+    """``target.open_session(model)`` (default ``ctx.target``; the reference is opened on
+    ``ctx.reference_on``); a model the target cannot load becomes an EvaluationError (a missing
+    library or an unavailable target keeps its own error)."""
+    target = target if target is not None else ctx.target
     if model.format not in target.accepts:
         raise EvaluationError(
             f"target '{target.id}' ({target.runtime}) runs {', '.join(target.accepts)} models; the {role} is a {model.format} model"
@@ -39,14 +41,48 @@ def open_session(ctx: EvalContext, model: ModelArtifact, role: str = "model") ->
         raise EvaluationError(f"could not open the {role} on target '{target.id}': {error}") from error
 
 
+def open_reference(ctx: EvalContext) -> Session:
+    """The reference's session, on the target the reference runs on (``ctx.reference_on``: the
+    target as the workflow writes it, not a candidate's searched session settings)."""
+    assert ctx.reference is not None
+    return open_session(ctx, ctx.reference, "reference", target=ctx.reference_on)
+
+
 def run_session(session: Session, feeds: dict[str, np.ndarray], role: str = "model") -> list[np.ndarray]:
     try:
         return session.run(feeds)
     except EvaluationError:
         raise
     except KilnError as error:
-        shapes = ", ".join(f"{name} {list(array.shape)} {array.dtype}" for name, array in feeds.items())
-        raise EvaluationError(f"running the {role} failed on feeds ({shapes}): {error}") from error
+        raise run_failed(feeds, role, error) from error
+
+
+#: what a session's run may raise besides ``KilnError``: a runtime's own error from a prepared or
+#: concurrent call, which a target may leave unwrapped since it runs under the clock
+RUN_ERRORS = (KilnError, RuntimeError)
+
+
+def run_failed(feeds: dict[str, np.ndarray], role: str, error: BaseException) -> EvaluationError:
+    """The error telling that running ``role`` on ``feeds`` failed (raise it ``from error``)."""
+    if isinstance(error, EvaluationError):
+        return error
+    shapes = ", ".join(f"{name} {list(array.shape)} {array.dtype}" for name, array in feeds.items())
+    return EvaluationError(f"running the {role} failed on feeds ({shapes}): {error}")
+
+
+def prepare_run(session: Session, feeds: dict[str, np.ndarray], role: str = "model") -> Callable[[], None]:
+    """``session.prepare(feeds)``: one run made ready to repeat (bound on the device where the
+    target can). A failure while preparing is an EvaluationError; the returned call is not wrapped
+    (timing loops wrap it once, around the loop, with ``run_failed``)."""
+    try:
+        return session.prepare(feeds)
+    except RUN_ERRORS as error:
+        raise run_failed(feeds, role, error) from error
+
+
+def io_binding(session: Session) -> str:
+    """How the session's prepared runs bind inputs and outputs (``details["io_binding"]``)."""
+    return str(session.details.get("io_binding", "off"))
 
 
 def dataset(ctx: EvalContext, name: str) -> Dataset:

@@ -17,7 +17,7 @@ from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from engine.core.refs import DatasetRef
 from evaluators._refcache import MAX_BYTES, ReferenceOutputs, feeds_digest
-from evaluators._sessions import dataset, open_session, run_session, select_feeds
+from evaluators._sessions import dataset, open_reference, open_session, run_session, select_feeds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,17 +128,19 @@ class Fidelity(Evaluator):
             "mask_input": cfg.mask_input if cfg.mask_input in data.inputs else None,
             "worst_sample": {"index": worst, "cosine": per_sample[worst]},
             "target": ctx.target.id,
+            "reference_target": ctx.reference_on.id,
             "reference_outputs": cache.status,
         }
         logger.debug("fidelity of %s: cosine mean %.6f over %d samples", model.digest[:12], values["cosine_mean"], count)
         return MetricResult(values=values, details=details, samples={"cosine_mean": Samples("mean", per_sample)})
 
     def _reference_cache(self, ctx: EvalContext, data: Any, count: int) -> ReferenceOutputs:
-        """The cache entry of the reference's outputs on exactly these feeds on this target."""
+        """The cache entry of the reference's outputs on exactly these feeds on the target the
+        reference runs on (so candidates that differ only in session settings share it)."""
         assert ctx.reference is not None
         key_doc = {
             "reference": ctx.reference.digest,
-            "target": ctx.target.fingerprint(),
+            "target": ctx.reference_on.fingerprint(),
             "batch_size": self.config.batch_size,
             "samples": count,
             "feeds": feeds_digest(data.batches(self.config.batch_size, limit=count)),
@@ -195,7 +197,7 @@ class _Reference:
             self.names, self.cached = loaded
         else:
             assert self.ctx.reference is not None
-            self.session = open_session(self.ctx, self.ctx.reference, "reference")
+            self.session = open_reference(self.ctx)
             self.names = [spec.name for spec in self.session.outputs]
         return self
 

@@ -16,6 +16,14 @@ hypervisor): a round taken while others used more than ``busy_cores`` is thrown 
 again once the machine is quiet; when it never gets quiet, the rounds are kept and the result
 says it was measured under load and how wide its interval is.
 
+What is timed is a run as a deployed service makes it: the session's prepared run
+(``Session.prepare``), which binds inputs and outputs on the device where the target can (ONNX
+Runtime I/O binding, an OpenVINO request with its tensors set; needed for CUDA graphs, which the
+warm-up runs capture), else a plain run with host arrays. Each run is bracketed by the session's
+``synchronize``. The details say which each model used (``io_binding``, ``reference_io_binding``).
+The reference runs on ``reference_target``: the target as written, while the candidate runs with
+its searched session settings, so the speedup includes what those settings gain.
+
 The usual figures (mean, percentiles, throughput of the candidate) are still reported, from all
 of the candidate's timed runs. The reference itself is timed the same way, alone (speedup 1).
 
@@ -40,7 +48,7 @@ from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
 from evaluators._rounds import Arm, Rounds
-from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session
+from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_reference, open_session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,6 +169,7 @@ class Latency(Evaluator):
         first: Arm | None = None
         cold = model.digest not in _OPENED
         starts_ms: list[float] = []  # every creation of the candidate's session, the first one first
+        reference_binding: str | None = None
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
             opened: list[Session] = []
@@ -173,9 +182,10 @@ class Latency(Evaluator):
                 arms = [Arm("candidate" if compared else "model", candidate, feeds_for(candidate, cfg, batch))]
                 if compared:
                     assert ctx.reference is not None
-                    reference = open_session(ctx, ctx.reference, "reference")
+                    reference = open_reference(ctx)
                     opened.append(reference)
                     arms.insert(0, Arm("reference", reference, feeds_for(reference, cfg, batch)))
+                    reference_binding = arms[0].io_binding
                 first = first or arms[-1]
                 for arm in arms:
                     arm.warm_up(cfg.warmup)
@@ -191,7 +201,11 @@ class Latency(Evaluator):
             open_session(ctx, model, "candidate").close()
             starts_ms.append((time.perf_counter_ns() - started) / 1e6)
         startup = Startup(starts_ms[0], starts_ms[1:], cold)
-        return self._result(rounds, first, startup, ctx, batch is not None)
+        result = self._result(rounds, first, startup, ctx, batch is not None)
+        if reference_binding is not None:
+            result.details["reference_io_binding"] = reference_binding
+            result.details["reference_target"] = ctx.reference_on.id
+        return result
 
     def _result(self, rounds: Rounds, cand: Arm, startup: Startup, ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
@@ -227,6 +241,7 @@ class Latency(Evaluator):
             "load_ms": load_ms,
             "startup": startup.to_json(),
             "session": dict(cand.session.details),
+            "io_binding": cand.io_binding,
             "target": ctx.target.id,
         }
         if "precision_hint" in cand.session.details:

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from engine.core.errors import MissingDependency
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult
-from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_session, run_session
+from evaluators._sessions import RUN_ERRORS, FeedConfig, dataset_batch, feeds_for, io_binding, open_session, prepare_run, run_failed
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
@@ -102,7 +102,9 @@ class Memory(Evaluator):
     session added (peak during the load minus the RSS before it), ``run_delta_mb``: what running
     added on top of the loaded model (peak during the runs minus the RSS after the load). MiB
     (2**20 bytes); deltas are never below 0. Run in a fresh worker process per job, as the engine
-    does: the kernel's high-water mark then belongs to this job alone."""
+    does: the kernel's high-water mark then belongs to this job alone. The runs are the session's
+    prepared runs (``Session.prepare``, as the latency evaluator times them): where the target
+    binds inputs and outputs on its device, what that binding holds is part of the run peak."""
 
     name = "memory"
     summary = "Peak resident memory while a model loads and runs, and the memory added by loading it and by running it (MiB)."
@@ -131,8 +133,13 @@ class Memory(Evaluator):
                 maxrss_loaded = max_rss_bytes()
                 after_load = sampler.reset()
                 feeds = feeds_for(session, cfg, batch)
-                for _ in range(cfg.runs):
-                    run_session(session, feeds)
+                call = prepare_run(session, feeds)
+                try:
+                    for _ in range(cfg.runs):
+                        call()
+                    session.synchronize()
+                except RUN_ERRORS as error:
+                    raise run_failed(feeds, "model", error) from error
                 run_sampled = sampler.peak()
                 maxrss_end = max_rss_bytes()
             finally:
@@ -162,6 +169,7 @@ class Memory(Evaluator):
             "data": cfg.data,
             "input_shapes": {name: list(array.shape) for name, array in feeds.items()},
             "session": dict(session.details),
+            "io_binding": io_binding(session),
             "target": ctx.target.id,
         }
         logger.debug("memory of %s: peak %.1f MiB, load +%.1f MiB", model.digest[:12], values["peak_rss_mb"], values["load_delta_mb"])

@@ -194,3 +194,28 @@ def test_other_feeds_or_a_damaged_entry_recompute_the_reference(tmp_path, make_m
         fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, token_dataset(samples=4), cache)).details["reference_outputs"]
         == "hit"
     )
+
+
+def test_candidates_on_other_session_settings_share_the_reference_outputs(tmp_path, make_model, make_ctx, token_dataset) -> None:
+    from targets.onnxruntime import OnnxRuntimeTarget
+
+    def target(id: str, threads: int) -> OnnxRuntimeTarget:
+        return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id=id, runtime="onnxruntime", intra_op_threads=threads))
+
+    reference = make_model(seed=0).artifact
+    candidate = make_model(seed=0, noise=0.05).artifact
+    data, cache = token_dataset(samples=4), tmp_path / "evalcache"
+    results = []
+    for threads in (1, 2):
+        ctx = _cached_ctx(make_ctx, reference, data, cache)
+        ctx.target, ctx.reference_target = target("cpu", threads), target("cpu", 1)
+        results.append(fidelity().evaluate(candidate, ctx))
+    # the reference ran once, on the target as written; the second candidate's settings did not matter
+    assert [r.details["reference_outputs"] for r in results] == ["miss", "hit"]
+    assert len(list(cache.glob("*.npz"))) == 1
+    assert results[0].values == results[1].values
+    assert results[1].details["reference_target"] == "cpu"
+    # without a reference target the reference runs on the candidate's target: its own entry
+    ctx = _cached_ctx(make_ctx, reference, data, cache)
+    ctx.target = target("cpu", 2)
+    assert fidelity().evaluate(candidate, ctx).details["reference_outputs"] == "miss"

@@ -153,3 +153,45 @@ def test_warm_startup_uses_every_block_of_rounds(make_model, make_ctx) -> None:
         make_model().artifact, make_ctx()
     )
     assert result.details["startup"]["warm_count"] >= max(result.details["sessions"] - 1, 3)
+
+
+def test_the_prepared_run_is_timed_and_each_models_binding_recorded(tmp_path, make_model) -> None:
+    from _fakes import FakeTarget
+
+    from engine.core.evaluator import EvalContext
+    from engine.core.target import TargetConfig
+
+    target = FakeTarget(TargetConfig(id="fake", runtime="fake"))
+    ctx = EvalContext(target=target, workdir=tmp_path, reference=make_model(seed=1).artifact)
+    result = latency(warmup=3, runs=4, runs_per_round=2, sessions=1, min_rounds=2, max_rounds=2, quiet_wait_s=0).evaluate(
+        make_model().artifact, ctx
+    )
+    opened = target.sessions[:2]  # the first block: candidate, reference
+    assert all(s.prepared_runs >= 3 + 4 and s.plain_runs == 0 and s.syncs > 0 for s in opened)
+    assert result.details["io_binding"] == "bound" and result.details["reference_io_binding"] == "bound"
+    assert result.details["reference_target"] == "fake"
+
+
+def test_a_prepared_run_failure_is_an_evaluation_error_with_the_feed_shapes(tmp_path, make_model) -> None:
+    from _fakes import FakeTarget
+
+    from engine.core.evaluator import EvalContext
+    from engine.core.target import TargetConfig
+
+    ctx = EvalContext(target=FakeTarget(TargetConfig(id="fake", runtime="fake"), fail=True), workdir=tmp_path)
+    with pytest.raises(EvaluationError, match=r"running the model failed on feeds \(x \[1, 4\] float32\): boom"):
+        latency(runs=2).evaluate(make_model().artifact, ctx)
+
+
+def test_the_reference_opens_on_the_reference_target(make_model, make_ctx) -> None:
+    from _fakes import RecordingTarget
+
+    from engine.core.target import TargetConfig
+
+    as_written = RecordingTarget(TargetConfig(id="as-written", runtime="recording"))
+    ctx = make_ctx(reference=make_model(seed=1).artifact)
+    ctx.reference_target = as_written
+    result = latency(runs=4, runs_per_round=2, sessions=1, min_rounds=2, max_rounds=2, quiet_wait_s=0).evaluate(make_model().artifact, ctx)
+    assert as_written.opened == result.details["sessions"]  # every reference session, none of the candidate's
+    assert result.details["reference_target"] == "as-written" and result.details["target"] == "cpu"
+    assert result.details["io_binding"] == result.details["reference_io_binding"] == "off"

@@ -16,7 +16,7 @@ def imported(modules: list[str], watched: tuple[str, ...]) -> list[str]:
 
 
 def test_the_evaluators_import_neither_runtimes_nor_numpy() -> None:
-    modules = ["evaluators.accuracy", "evaluators.size", "evaluators.memory", "evaluators.custom"]
+    modules = ["evaluators.accuracy", "evaluators.size", "evaluators.memory", "evaluators.custom", "evaluators.throughput"]
     assert imported(modules, (*HEAVY, "numpy")) == []
 
 

@@ -97,3 +97,13 @@ def test_config_rejects_zero_runs_and_unknown_keys() -> None:
         memory(runs=0)
     with pytest.raises(pydantic.ValidationError):
         memory(warmup=3)
+
+
+def test_the_runs_are_the_sessions_prepared_runs(tmp_path, make_model) -> None:
+    from _fakes import FakeTarget
+
+    target = FakeTarget(TargetConfig(id="fake", runtime="fake"))
+    result = memory(runs=3).evaluate(make_model().artifact, EvalContext(target=target, workdir=tmp_path))
+    (session,) = target.sessions
+    assert (session.prepared_runs, session.plain_runs) == (3, 0) and session.syncs >= 1
+    assert result.details["io_binding"] == "bound"
