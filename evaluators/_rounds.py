@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 #: the shortest stretch whose load is judged on its own (the kernel's CPU counters tick every 10 ms)
 LOAD_WINDOW_S = 0.1
+#: an untimed pause between one arm's runs and the next arm's: a runtime's idle worker threads
+#: spin for a while after a run (ONNX Runtime's intra-op pool does, by default), and on a small
+#: machine a pool still spinning takes the cores the other model's runs need; a pause lets it go
+#: to sleep, and one untimed run then wakes the next arm's threads, so each arm is timed in the
+#: steady state it would have alone
+SETTLE_S = 0.01
 
 
 @dataclass
@@ -129,7 +135,11 @@ class Rounds:
         if self._window_started is None or time.perf_counter() - self._window_started >= LOAD_WINDOW_S:
             self._meter.start()
             self._window_started = time.perf_counter()
-        for i in order:
+        for position, i in enumerate(order):
+            if len(arms) > 1:
+                if position:
+                    time.sleep(SETTLE_S)
+                arms[i].warm_up(1)
             times[i] = arms[i].time(self.cfg.runs_per_round)
         load = self._meter.stop()
         medians = [median_ms(t) for t in times]
