@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 MAX_CUDA_GRAPHS = 8
 #: the run option that names the CUDA graph a run captures or replays
 GRAPH_ID = "gpu_graph_id"
+#: ``gpu_graph_id`` for a run that neither captures nor replays a graph
+SKIP_CAPTURE = "-1"
 STATIC_SHAPES = "static shapes: a CUDA graph is captured per input shape"
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
@@ -129,15 +131,19 @@ class Binder:
                 inputs[name] = value
             for name in plan.output_names:
                 io_binding.bind_output(name, plan.device, plan.device_id)
-            run_options = onnxruntime.RunOptions()
+            first = onnxruntime.RunOptions()
             if graph_id is not None:
-                run_options.add_run_config_entry(GRAPH_ID, str(graph_id))
-            # the first run allocates the outputs; re-binding them keeps later runs writing there
-            self._session.run_with_iobinding(io_binding, run_options)
+                first.add_run_config_entry(GRAPH_ID, SKIP_CAPTURE)
+            # the first run allocates the outputs (outside any graph); re-binding them keeps later
+            # runs, and the graph captured by the next one, writing there
+            self._session.run_with_iobinding(io_binding, first)
             outputs = list(io_binding.get_outputs())
             io_binding.clear_binding_outputs()
             for name, value in zip(plan.output_names, outputs, strict=True):
                 io_binding.bind_ortvalue_output(name, value)
+            run_options = onnxruntime.RunOptions()
+            if graph_id is not None:
+                run_options.add_run_config_entry(GRAPH_ID, str(graph_id))
         except self._errors as error:
             raise KilnError(f"onnxruntime failed to run the model with I/O binding: {type(error).__name__}: {error}") from error
         return Bound(io_binding, inputs, outputs, run_options, graph_id)
