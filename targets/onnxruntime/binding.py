@@ -49,6 +49,8 @@ class Plan:
     device_id: int
     cuda_graph: bool
     output_names: list[str]
+    #: numpy dtype names of the outputs, in the order of ``output_names``
+    output_dtypes: list[str]
     #: graph ids handed out in this session (shared by every binder of the session)
     graph_ids: list[int] = field(default_factory=list)
     captured: list[Signature] = field(default_factory=list)
@@ -134,17 +136,21 @@ class Binder:
             first = onnxruntime.RunOptions()
             if graph_id is not None:
                 first.add_run_config_entry(GRAPH_ID, SKIP_CAPTURE)
-            # the first run allocates the outputs (outside any graph); re-binding them keeps later
-            # runs, and the graph captured by the next one, writing there
+            # the first run (outside any graph) tells the outputs' shapes; outputs of those shapes
+            # allocated here and bound keep later runs, and the graph captured by the next one,
+            # writing there. (The OrtValues get_outputs returns are not kept: some onnxruntime
+            # versions hand out views of the binding's own list, which re-binding invalidates.)
             self._session.run_with_iobinding(io_binding, first)
-            outputs = list(io_binding.get_outputs())
-            io_binding.clear_binding_outputs()
-            for name, value in zip(plan.output_names, outputs, strict=True):
+            shapes = [tuple(value.shape()) for value in io_binding.get_outputs()]
+            outputs = []
+            for name, dtype, shape in zip(plan.output_names, plan.output_dtypes, shapes, strict=True):
+                value = onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(dtype), plan.device, plan.device_id)
                 io_binding.bind_ortvalue_output(name, value)
+                outputs.append(value)
             run_options = onnxruntime.RunOptions()
             if graph_id is not None:
                 run_options.add_run_config_entry(GRAPH_ID, str(graph_id))
-        except self._errors as error:
+        except (*self._errors, TypeError) as error:
             raise KilnError(f"onnxruntime failed to run the model with I/O binding: {type(error).__name__}: {error}") from error
         return Bound(io_binding, inputs, outputs, run_options, graph_id)
 

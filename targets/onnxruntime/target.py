@@ -484,7 +484,7 @@ class OnnxRuntimeTarget(Target):
             "execution_mode": self.config.execution_mode,
         }
         details.update(self._extra_details(passed))
-        plan = self._binding_plan(in_use, passed, [spec.name for spec in outputs])
+        plan = self._binding_plan(in_use, passed, outputs)
         if plan is not None:
             details["io_binding_device"] = f"{plan.device}:{plan.device_id}" if plan.device != "cpu" else "cpu"
         if self.config.cuda_graph is not None:
@@ -508,18 +508,19 @@ class OnnxRuntimeTarget(Target):
             extra["config_entries"] = entries
         return extra
 
-    def _binding_plan(self, in_use: list[str], passed: list[dict[str, Any]] | None, output_names: list[str]) -> binding.Plan | None:
+    def _binding_plan(self, in_use: list[str], passed: list[dict[str, Any]] | None, outputs: list[TensorSpec]) -> binding.Plan | None:
         """Where sessions bind their inputs and outputs: on the GPU when CUDA or TensorRT runs the
         model, in CPU memory otherwise; None when ``io_binding`` is off."""
         if not self.config.binds_io:
             return None
+        names, dtypes = [spec.name for spec in outputs], [spec.dtype for spec in outputs]
         first = in_use[0] if in_use else CPU
         if first not in (CUDA, TENSORRT):
-            return binding.Plan("cpu", 0, False, output_names)
+            return binding.Plan("cpu", 0, False, names, dtypes)
         device_id = 0
         if passed is not None and first in self.config.providers:
             device_id = int(passed[self.config.providers.index(first)].get("device_id", 0))
-        return binding.Plan("cuda", device_id, self.config.cuda_graph is not None, output_names)
+        return binding.Plan("cuda", device_id, self.config.cuda_graph is not None, names, dtypes)
 
     def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
         """Providers in force with the options passed to each, session options, binding mode and
@@ -633,11 +634,13 @@ def ort_snippet(settings: dict[str, Any], model_path: str) -> str:
             f"            binding.bind_output(output.name, {name!r}, {int(index or 0)})",
             "        first = ort.RunOptions()",
             *(['        first.add_run_config_entry("gpu_graph_id", "-1")  # allocate the outputs outside any graph'] if graph else []),
-            "        session.run_with_iobinding(binding, first)",
-            "        outputs = binding.get_outputs()",
-            "        binding.clear_binding_outputs()",
-            "        for output, value in zip(session.get_outputs(), outputs):",
-            "            binding.bind_ortvalue_output(output.name, value)",
+            "        session.run_with_iobinding(binding, first)  # tells the outputs' shapes",
+            "        described = [(value.shape(), value.numpy().dtype) for value in binding.get_outputs()]",
+            "        outputs = []",
+            "        for output, (shape, dtype) in zip(session.get_outputs(), described):",
+            f"            mine = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, {name!r}, {int(index or 0)})",
+            "            binding.bind_ortvalue_output(output.name, mine)",
+            "            outputs.append(mine)",
             "        run_options = ort.RunOptions()",
             *(['        run_options.add_run_config_entry("gpu_graph_id", str(len(bindings) + 1))'] if graph else []),
             "        bindings[key] = (binding, inputs, outputs, run_options)",

@@ -261,7 +261,7 @@ def test_a_closed_bound_session_refuses_to_run(mlp: ModelArtifact) -> None:
 
 
 def test_cuda_graph_plans_cap_the_shapes_and_name_them() -> None:
-    plan = binding.Plan("cuda", 0, True, ["y"])
+    plan = binding.Plan("cuda", 0, True, ["y"], ["float32"])
     for batch in range(1, binding.MAX_CUDA_GRAPHS + 1):
         assert plan.next_graph_id(binding.signature_of({"x": np.zeros((batch, 8), np.float32)})) == batch
     with pytest.raises(KilnError, match=r"x\[9, 8\] float32 would be one more: CUDA graphs need static shapes"):
@@ -332,3 +332,58 @@ def test_the_snippet_runs_and_opens_the_session_as_measured(mlp: ModelArtifact, 
             data = feeds(3, seed)
             for a, b in zip(run(data), session.run(data), strict=True):  # type: ignore[operator]
                 np.testing.assert_array_equal(a, b)
+
+
+# -- the OpenVINO EP option group, on the real EP in its isolated environment ---------------------
+
+OV_EP_CHECK = """
+import json, sys
+sys.path.insert(0, {root!r})
+import numpy as np, onnx
+from onnx import TensorProto, helper, numpy_helper
+from engine.core.artifact import ModelArtifact
+from targets.onnxruntime import OnnxRuntimeTarget
+from pathlib import Path
+
+folder = Path({folder!r})
+folder.mkdir(parents=True, exist_ok=True)
+w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], initializer=[numpy_helper.from_array(w, "w")])
+onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), str(folder / "model.onnx"))
+model = ModelArtifact.from_folder("onnx", folder)
+config = OnnxRuntimeTarget.Config(id="ov", runtime="onnxruntime", providers=["openvino", "cpu"], io_binding=True,
+    openvino={{"device_type": "CPU", "precision": "FP32", "num_streams": 2, "performance_hint": "THROUGHPUT"}})
+target = OnnxRuntimeTarget(config)
+session = target.open_session(model)
+x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+(y,) = session.run({{"x": x}})
+settings = target.inference_settings(session.details)
+namespace = {{}}
+exec(target.snippet(settings, str(model.model_file)), namespace)
+(z,) = namespace["run"]({{"x": x}})
+print("RESULT " + json.dumps({{"providers": session.details["providers"], "io_binding": session.details["io_binding"],
+    "max_diff": float(np.abs(y - x @ w).max()), "snippet_diff": float(np.abs(z - y).max()),
+    "snippet_providers": namespace["session"].get_providers(), "options": settings["provider_options"][0]}}))
+"""
+
+
+def test_the_openvino_option_group_is_accepted_by_the_real_ep(ov_ep_env: Path, tmp_path: Path) -> None:
+    """A wrong option name or value makes onnxruntime drop the OpenVINO EP (and Kiln then refuses
+    the session), so a session that keeps it shows the names and load_config are right."""
+    import os
+    import subprocess
+
+    script = tmp_path / "check.py"
+    script.write_text(OV_EP_CHECK.format(root=str(Path(__file__).parents[2]), folder=str(tmp_path / "model")))
+    env = {**os.environ, "PYTHONPATH": ""}
+    done = subprocess.run([str(ov_ep_env), str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
+    assert result["providers"][0] == OPENVINO
+    assert result["snippet_providers"][0] == OPENVINO
+    assert result["io_binding"] == "host"
+    assert result["max_diff"] < 1e-4 and result["snippet_diff"] < 1e-5
+    assert json.loads(result["options"]["load_config"]) == {"CPU": {"PERFORMANCE_HINT": "THROUGHPUT"}}
+    assert result["options"]["num_streams"] == "2"
