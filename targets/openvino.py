@@ -23,6 +23,7 @@ this module to read ``Config`` when it validates a workflow, and ``engine --help
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
@@ -63,6 +64,11 @@ _OV_DTYPES: dict[str, str] = {
     "string": "object",
 }
 
+
+#: config fields added later, left out of ``to_json`` while None (their keys stay as before)
+_OMITTED_AT_NONE = ("enable_hyper_threading", "enable_cpu_pinning", "scheduling_core_type")
+#: what a session's details report in force, copied into inference_settings
+_IN_FORCE = ("execution_devices", "inference_precision_hint", "performance_hint", "num_streams", "inference_num_threads")
 
 _declined = False
 
@@ -167,6 +173,29 @@ def _property(compiled: Any, name: str) -> Any:
     return str(getattr(value, "name", value))  # an enum such as PerformanceMode.LATENCY
 
 
+def _infer(request: Any, outputs: list[Any], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    try:
+        # share_inputs: no copy of the feeds; outputs are copied (the request reuses its buffers)
+        results = request.infer(feeds, share_inputs=True, share_outputs=False)
+        return [results[port] for port in outputs]
+    except (RuntimeError, TypeError, ValueError, KeyError) as error:
+        raise KilnError(f"openvino failed to run the model: {type(error).__name__}: {error}") from error
+
+
+class _PreparedRun:
+    """``request.infer()`` with its input tensors already set; holds the arrays they share."""
+
+    def __init__(self, request: Any, arrays: list[np.ndarray]) -> None:
+        self.request = request
+        self._arrays = arrays
+
+    def __call__(self) -> None:
+        try:
+            self.request.infer()
+        except RuntimeError as error:
+            raise KilnError(f"openvino failed to run the model: {error}") from error
+
+
 class OpenVinoSession(Session):
     """An ``openvino.CompiledModel`` and one infer request behind the SDK's ``Session``."""
 
@@ -174,16 +203,59 @@ class OpenVinoSession(Session):
         super().__init__(inputs=inputs, outputs=outputs, details=details)
         self._compiled = compiled
         self._request = compiled.create_infer_request()
+        self.details.setdefault("io_binding", "off")
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if self._request is None:
             raise KilnError("this openvino session is closed")
+        return _infer(self._request, self._compiled.outputs, feeds)
+
+    def prepare(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
+        """A request of its own with ``feeds`` set once as its input tensors (sharing the arrays'
+        memory); the call returned only runs ``infer()``, results staying in the request's output
+        tensors. On a CPU device its memory is the device's, so the run is bound there
+        (``io_binding: device``); on a GPU or NPU the plugin still copies the inputs in per run
+        (``host``)."""
+        import numpy as np
+
+        if self._compiled is None:
+            raise KilnError("this openvino session is closed")
+        openvino = import_openvino()
+        request = self._compiled.create_infer_request()
+        ports = {spec.name: port for spec, port in zip(self.inputs, self._compiled.inputs, strict=True)}
+        kept: list[np.ndarray] = []
         try:
-            # share_inputs: no copy of the feeds; outputs are copied (the request reuses its buffers)
-            results = self._request.infer(feeds, share_inputs=True, share_outputs=False)
-            return [results[port] for port in self._compiled.outputs]
+            for name, array in feeds.items():
+                if name not in ports:
+                    raise KeyError(f"the model has no input {name!r} (inputs: {', '.join(ports)})")
+                data = np.ascontiguousarray(array)
+                kept.append(data)  # the tensor shares this memory: keep it alive with the call
+                request.set_tensor(ports[name], openvino.Tensor(data, shared_memory=True))
         except (RuntimeError, TypeError, ValueError, KeyError) as error:
-            raise KilnError(f"openvino failed to run the model: {type(error).__name__}: {error}") from error
+            raise KilnError(f"openvino could not set the inputs: {type(error).__name__}: {error}") from error
+        devices = self.details.get("execution_devices") or [self.details.get("device")]
+        on_cpu = all(str(device).upper().startswith("CPU") for device in devices if device)
+        self.details["io_binding"] = "device" if on_cpu else "host"
+        self.details["io_binding_note"] = (
+            "input tensors set once on an infer request; the CPU's memory is the device's"
+            if on_cpu
+            else "input tensors set once on an infer request; the device plugin copies them in per run"
+        )
+
+        return _PreparedRun(request, kept)
+
+    def concurrent(self) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+        """A run function bound to a new infer request of the same compiled model (requests are
+        not safe to share between threads; the compiled model is)."""
+        if self._compiled is None:
+            raise KilnError("this openvino session is closed")
+        request = self._compiled.create_infer_request()
+        outputs = self._compiled.outputs
+
+        def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            return _infer(request, outputs, feeds)
+
+        return run
 
     def close(self) -> None:
         self._request = None
@@ -202,8 +274,9 @@ class OpenVinoTarget(Target):
         device: Literal["CPU", "GPU", "NPU", "AUTO"] = Field(
             default="CPU", description="OpenVINO device: CPU, GPU, NPU, or AUTO (OpenVINO picks). Case is ignored (`cpu` means CPU)."
         )
-        performance_hint: Literal["LATENCY", "THROUGHPUT"] | None = Field(
-            default="LATENCY", description="OpenVINO's PERFORMANCE_HINT; null leaves the device default."
+        performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] | None = Field(
+            default="LATENCY",
+            description="OpenVINO's PERFORMANCE_HINT (CUMULATIVE_THROUGHPUT: AUTO spreads requests over its devices); null leaves the device default.",
         )
         num_streams: int | None = Field(
             default=None, ge=1, le=1024, description="NUM_STREAMS: parallel inference streams. Omit to let the performance hint decide."
@@ -228,6 +301,26 @@ class OpenVinoTarget(Target):
                 "so the unoptimized reference runs in FP32. null runs them at the device default (bf16 on CPUs with BF16)."
             ),
         )
+
+        enable_hyper_threading: bool | None = Field(
+            default=None, description="ENABLE_HYPER_THREADING: use both logical processors of a core (CPU). Omit for the device default."
+        )
+        enable_cpu_pinning: bool | None = Field(
+            default=None, description="ENABLE_CPU_PINNING: pin inference threads to cores (CPU). Omit for the device default."
+        )
+        scheduling_core_type: Literal["ANY_CORE", "PCORE_ONLY", "ECORE_ONLY"] | None = Field(
+            default=None,
+            description="SCHEDULING_CORE_TYPE: which cores of a hybrid CPU run inference. Omit for the device default.",
+        )
+
+        def to_json(self) -> dict[str, Any]:
+            """As TargetConfig's; the fields added later appear only when set, so the keys of
+            targets written before them stay the same."""
+            data = super().to_json()
+            for name in _OMITTED_AT_NONE:
+                if data.get(name) is None:
+                    data.pop(name, None)
+            return data
 
         @field_validator("device", mode="before")
         @classmethod
@@ -280,9 +373,61 @@ class OpenVinoTarget(Target):
             config["NUM_STREAMS"] = self.config.num_streams
         if self.config.inference_num_threads is not None:
             config["INFERENCE_NUM_THREADS"] = self.config.inference_num_threads
+        if self.config.enable_hyper_threading is not None:
+            config["ENABLE_HYPER_THREADING"] = self.config.enable_hyper_threading
+        if self.config.enable_cpu_pinning is not None:
+            config["ENABLE_CPU_PINNING"] = self.config.enable_cpu_pinning
+        if self.config.scheduling_core_type is not None:
+            config["SCHEDULING_CORE_TYPE"] = self.config.scheduling_core_type
         if hint is not None:
             config["INFERENCE_PRECISION_HINT"] = hint
         return config
+
+    def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
+        """The device and the ``compile_model`` config as measured, and what the compiled model
+        reports in force (precision, hint, streams, threads, devices)."""
+        details = session_details
+        return {
+            "runtime": "openvino",
+            "openvino_version": details.get("openvino_version"),
+            "device": details.get("device", self.config.device),
+            "compile_config": dict(details.get("compile_config") or {}),
+            "in_force": {key: details.get(key) for key in _IN_FORCE},
+            "io_binding": {"mode": details.get("io_binding", "off"), "note": details.get("io_binding_note")},
+        }
+
+    def snippet(self, settings: dict[str, Any], model_path: str) -> str:
+        """A runnable program: ``ov.Core().compile_model(path, device, config)`` as measured,
+        and an infer request."""
+        config = dict(settings.get("compile_config") or {})
+        lines = [
+            "import openvino as ov",
+            "",
+            "core = ov.Core()",
+            f"config = {config!r}",
+            f"compiled = core.compile_model({model_path!r}, {str(settings.get('device') or 'CPU')!r}, config)",
+            "request = compiled.create_infer_request()  # one per thread serving requests",
+        ]
+        if (settings.get("io_binding") or {}).get("mode") in ("device", "host"):
+            lines += [
+                "",
+                "# as measured: input tensors set once, sharing the arrays' memory; infer() then only runs",
+                "# for name, array in feeds.items():",
+                "#     request.set_tensor(name, ov.Tensor(array, shared_memory=True))",
+                "# request.infer(); outputs = [request.get_output_tensor(i).data for i in range(len(compiled.outputs))]",
+            ]
+        else:
+            lines += ["", "# outputs = request.infer({input name: numpy array})"]
+        return "\n".join(lines) + "\n"
+
+    def _cpu_details(self, compiled: Any) -> dict[str, Any]:
+        """The CPU scheduling options in force, where the target sets them."""
+        names = {
+            "enable_hyper_threading": "ENABLE_HYPER_THREADING",
+            "enable_cpu_pinning": "ENABLE_CPU_PINNING",
+            "scheduling_core_type": "SCHEDULING_CORE_TYPE",
+        }
+        return {field: _property(compiled, key) for field, key in names.items() if getattr(self.config, field) is not None}
 
     def open_session(self, model: ModelArtifact) -> OpenVinoSession:
         if model.format not in self.accepts:
@@ -328,6 +473,7 @@ class OpenVinoTarget(Target):
             "num_streams": _property(compiled, "NUM_STREAMS"),
             "inference_num_threads": _property(compiled, "INFERENCE_NUM_THREADS"),
             "compile_config": {key: str(value) for key, value in config.items()},
+            **self._cpu_details(compiled),
         }
         if in_force is not None and hint is not None and in_force != hint:
             logger.info("target %s: asked for precision %s, %s runs the model in %s", self.id, hint, self.config.device, in_force)

@@ -43,6 +43,21 @@ class TensorRTOptions(StrictConfig):
     max_workspace_mb: int | None = Field(
         default=None, ge=1, description="Workspace TensorRT may use while building, in MiB (trt_max_workspace_size)."
     )
+    cuda_graph: bool = Field(
+        default=False,
+        description=(
+            "Capture the TensorRT engine's launches in a CUDA graph and replay it (trt_cuda_graph_enable). Needs I/O binding "
+            "and static input shapes: one graph is captured per input shape."
+        ),
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """As StrictConfig's; ``cuda_graph`` (added later) appears only when on, so the keys of
+        targets written before it existed stay the same."""
+        data = super().to_json()
+        if not data.get("cuda_graph"):
+            data.pop("cuda_graph", None)
+        return data
 
 
 def gpu_identity(device_id: int = 0) -> dict[str, str]:
@@ -88,6 +103,8 @@ def provider_options(options: TensorRTOptions, folder: Path | None) -> dict[str,
         mapped["trt_builder_optimization_level"] = str(options.builder_optimization_level)
     if options.max_workspace_mb is not None:
         mapped["trt_max_workspace_size"] = str(options.max_workspace_mb * 1024 * 1024)
+    if options.cuda_graph:
+        mapped["trt_cuda_graph_enable"] = "True"
     if folder is not None and options.engine_cache:
         mapped["trt_engine_cache_enable"] = "True"
         mapped["trt_engine_cache_path"] = str(folder / "engines")

@@ -274,3 +274,104 @@ def test_fingerprint_leaves_out_the_id_and_includes_the_precision_options() -> N
     assert first != pinned
     assert first["libraries"]["openvino"]
     assert first["options"]["reference_precision_hint"] == "f32"
+
+
+# -- session settings, prepared runs, concurrency, inference settings -------------------------
+
+
+def test_scheduling_fields_are_left_out_of_the_keys_until_set() -> None:
+    data = make_target().config.to_json()
+    for name in ("enable_hyper_threading", "enable_cpu_pinning", "scheduling_core_type"):
+        assert name not in data
+    tuned = make_target(enable_cpu_pinning=False, scheduling_core_type="ANY_CORE").config.to_json()
+    assert tuned["enable_cpu_pinning"] is False and tuned["scheduling_core_type"] == "ANY_CORE"
+    with pytest.raises(pydantic.ValidationError, match="PCORE_ONLY"):
+        make_target(scheduling_core_type="BIG")
+
+
+def test_scheduling_options_reach_compile_model_and_the_details(mlp: ModelArtifact) -> None:
+    session = make_target(
+        enable_cpu_pinning=False, scheduling_core_type="ANY_CORE", num_streams=2, performance_hint="THROUGHPUT"
+    ).open_session(mlp)
+    config = session.details["compile_config"]
+    assert config["ENABLE_CPU_PINNING"] == "False" and config["SCHEDULING_CORE_TYPE"] == "ANY_CORE" and config["NUM_STREAMS"] == "2"
+    assert session.details["enable_cpu_pinning"] is False
+    assert session.details["scheduling_core_type"] == "ANY_CORE"
+    assert session.details["num_streams"] == 2
+    assert session.details["io_binding"] == "off"
+
+
+def test_a_prepared_run_sets_the_inputs_once_and_only_infers(mlp: ModelArtifact) -> None:
+    session = make_target().open_session(mlp)
+    x = np.random.default_rng(3).standard_normal((3, 8)).astype(np.float32)
+    expected = session.run({"x": x})
+    call = session.prepare({"x": x})
+    session.synchronize()
+    for _ in range(3):
+        assert call() is None
+    assert session.details["io_binding"] == "device"
+    assert "CPU" in session.details["io_binding_note"]
+    request = call.request  # type: ignore[attr-defined]
+    np.testing.assert_allclose(request.get_output_tensor(0).data, expected[0], rtol=1e-6)
+    session.run({"x": np.zeros((5, 8), np.float32)})  # the session's own request does not disturb the prepared one
+    call()
+    np.testing.assert_allclose(request.get_output_tensor(0).data, expected[0], rtol=1e-6)
+
+
+def test_prepare_refuses_an_unknown_input(mlp: ModelArtifact) -> None:
+    session = make_target().open_session(mlp)
+    with pytest.raises(KilnError, match="no input 'nope'"):
+        session.prepare({"nope": np.ones((1, 8), np.float32)})
+
+
+def test_concurrent_runs_use_requests_of_their_own(mlp: ModelArtifact) -> None:
+    import threading
+
+    session = make_target(performance_hint="THROUGHPUT").open_session(mlp)
+    errors: list[BaseException] = []
+
+    def serve(seed: int) -> None:
+        run = session.concurrent()
+        try:
+            for step in range(20):
+                x = np.random.default_rng(seed * 100 + step).standard_normal((2, 8)).astype(np.float32)
+                y, _ = run({"x": x})
+                expected_y, _ = mlp_reference(Path(mlp.model_file).parent, x)
+                np.testing.assert_allclose(y, expected_y, rtol=1e-4, atol=1e-4)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=serve, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    session.close()
+    with pytest.raises(KilnError, match="closed"):
+        session.concurrent()
+
+
+def test_inference_settings_and_the_snippet_compile_the_model_as_measured(mlp: ModelArtifact) -> None:
+    target = make_target(inference_num_threads=1, num_streams=1, enable_cpu_pinning=False)
+    session = target.open_session(mlp)
+    session.prepare({"x": np.ones((1, 8), np.float32)})
+    settings = target.inference_settings(session.details)
+    import json
+
+    json.dumps(settings)
+    assert settings["runtime"] == "openvino" and settings["device"] == "CPU"
+    assert settings["compile_config"] == session.details["compile_config"]
+    assert settings["in_force"]["inference_num_threads"] == 1
+    assert settings["in_force"]["inference_precision_hint"] == "f32"
+    assert settings["io_binding"]["mode"] == "device"
+    code = target.snippet(settings, str(mlp.model_file))
+    namespace: dict[str, object] = {}
+    exec(compile(code, "snippet", "exec"), namespace)
+    compiled = namespace["compiled"]
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1  # type: ignore[attr-defined]
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False  # type: ignore[attr-defined]
+    assert compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"  # type: ignore[attr-defined]
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    results = namespace["request"].infer({"x": x})  # type: ignore[attr-defined]
+    np.testing.assert_allclose(results[compiled.outputs[0]], session.run({"x": x})[0], rtol=1e-6)  # type: ignore[attr-defined]
