@@ -81,7 +81,7 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
             for entry in (e for e in resolved.evaluators.values() if e.candidates):
                 against = None if candidate.reference else reference_digest
                 out[f"eval {target} {runner.plan.label(candidate)} {entry.id}"] = runner.eval_key(
-                    EvalSpec.of(entry), model, against, target
+                    EvalSpec.of(entry), model, against, target, candidate.settings
                 )[0]
     return out
 
