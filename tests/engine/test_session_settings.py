@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
@@ -83,21 +85,25 @@ def test_candidates_run_with_their_settings_against_the_reference_as_written(tmp
     resolved = load_workflow(write_workflow(tmp_path, settings_workflow(tiny_onnx)))
     report = run_workflow(resolved, Store(tmp_path / "store"))
     by_label = {r.label: r for r in report.results}
-    assert set(by_label) == {
+    expected = {
         "input model",
         "input model | session(intra_op_threads=2)",  # the settings screened on the reference model
         "int8(per_channel=false)",
         "int8(per_channel=false) | session(intra_op_threads=2)",
     }
+    pruned = [note for note in report.plan.dropped if "settings (intra_op_threads=2) pruned" in note]
+    if pruned:  # two threads lost clearly on the reference model on this host: not tried again
+        expected.discard("int8(per_channel=false) | session(intra_op_threads=2)")
+    assert set(by_label) == expected
     assert all(r.state == "complete" for r in report.results), [(r.label, r.reason) for r in report.results]
     for label, result in by_label.items():
         threads = 2 if "intra_op_threads=2" in label else 1
         assert result.details["latency"]["session"]["intra_op_threads"] == threads
     # the same model under other settings is another evaluation; its fidelity too is keyed apart
-    plain, threaded = by_label["int8(per_channel=false)"], by_label["int8(per_channel=false) | session(intra_op_threads=2)"]
+    plain, threaded = by_label["input model"], by_label["input model | session(intra_op_threads=2)"]
     assert plain.model.digest == threaded.model.digest
     assert plain.eval_keys["latency"] != threaded.eval_keys["latency"]
-    assert report.stats.passes_run == 1  # the quantized model was built once for both settings
+    assert report.stats.passes_run == 1  # the quantized model was built once for every setting
 
     out = write_outputs(report, tmp_path / "out")
     chosen = next(r for r in report.results if r.chosen)
@@ -107,6 +113,9 @@ def test_candidates_run_with_their_settings_against_the_reference_as_written(tmp
     assert settings["measured"]["by"] == "latency"
     assert settings["measured"]["input_shapes"] == {"input_ids": [1, 16], "attention_mask": [1, 16]}
     assert (out / "cpu" / settings["model"]).is_file()
+    # inference.py opens the chosen model the way it was measured, from the target's folder
+    done = subprocess.run([sys.executable, "inference.py"], cwd=out / "cpu", capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
     records = {c["id"]: c for c in json.loads((out / "candidates.json").read_text())["candidates"]}
     assert records[threaded.candidate.id]["settings"] == {"intra_op_threads": 2}
 
