@@ -365,6 +365,9 @@ class OnnxRuntimeConfig(TargetConfig):
             group = getattr(self, name)
             if group is not None:
                 data[name] = group.to_json()
+        # io_binding written as what "automatic" resolves to is the same target as leaving it out
+        if self.io_binding is not None and self.io_binding == (self.cuda_graph is not None):
+            data.pop("io_binding", None)
         return data
 
 

@@ -77,8 +77,15 @@ class TargetEntry:
         config = self.instance.config
         own = flatten(config.model_dump(mode="json"))
         changed = {name: value for name, value in sorted(values.items()) if own.get(name, _MISSING) != value}
-        if changed and self.variant(changed).config.to_json() == config.to_json():
-            return {}  # spelled differently, the same target (an option set to its default)
+        if not changed:
+            return changed
+        # a value that changes nothing the target is keyed by (an option set to what its default
+        # means) is no setting: the same target spelled differently
+        whole = self.variant(changed).config.to_json()
+        for name in list(changed):
+            rest = {k: v for k, v in changed.items() if k != name}
+            if self.variant(rest).config.to_json() == whole:
+                changed = rest
         return changed
 
 
