@@ -185,7 +185,7 @@ class TargetSearch:
         """Try each combination of the target's searched session settings on the reference model
         (the cheapest: its jobs are built), before the sampler. Settings whose paired timing is
         clearly worse there — the whole interval of the speedup over the target's own settings
-        below 1 — are pruned: a point the sampler proposes with them is told PRUNED and not built.
+        below 1 by more than the selection's tie margin (``select.tie_within``) — are pruned: a point the sampler proposes with them is told PRUNED and not built.
         The screening candidates are candidates like any other (the reference model with better
         settings may be the answer)."""
         resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
@@ -198,14 +198,16 @@ class TargetSearch:
         if not screening:
             return
         confidence = resolved.spec.select.confidence
+        # a loss within the selection's practical margin is a tie there, so it prunes nothing here
+        bar = 1.0 - resolved.spec.select.tie_within
         for result in self.process_all(screening):
             if paired is None or result.state != "complete" or paired not in result.metrics:
                 continue
             interval = interval_of(result, paired, confidence)
-            if interval is None:  # the workflow judges point estimates: a loss beyond the tie margin
+            if interval is None:  # the workflow judges point estimates
                 value = result.metrics[paired]
-                interval = Interval(value, value, value, 1.0) if value < 1.0 - resolved.spec.select.tie_within else None
-            if interval is not None and interval.high < 1.0:
+                interval = Interval(value, value, value, 1.0)
+            if interval.high < bar:
                 shown = ", ".join(f"{k}={v}" for k, v in result.candidate.settings.items())
                 note = (
                     f"{self.target}: settings ({shown}) pruned: on the reference model ({result.candidate.id}) {paired} was "
