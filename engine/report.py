@@ -181,6 +181,9 @@ def print_summary(report: RunReport) -> None:
             console.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
             if chosen[target].verdict:
                 console.print(f"  [dim]why: {chosen[target].verdict}[/dim]")
+            if report.output_dir and (report.output_dir / target / "inference_settings.json").is_file():
+                runs_it = " · inference.py opens it that way" if (report.output_dir / target / "inference.py").is_file() else ""
+                console.print(f"  [dim]run it as measured: {report.output_dir / target / 'inference_settings.json'}{runs_it}[/dim]")
         elif target not in report.plan.skipped_targets:
             console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
     if report.output_dir:
