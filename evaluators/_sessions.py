@@ -147,6 +147,37 @@ class FeedConfig(EvaluatorConfig):
     )
 
 
+class ComparedTimingConfig(FeedConfig):
+    """Options every timing evaluator that compares a candidate with its reference shares (latency
+    in rounds, throughput in windows): when to stop, how sure to be, and the noise guard."""
+
+    precision: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="Stop adding measurements once the speedup's confidence interval is within ± this fraction of the speedup (0.05 = ±5%).",
+    )
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
+    max_time_s: float = Field(
+        default=60.0, gt=0, le=86_400, description="Time budget for the measurements: stop adding them after this many seconds."
+    )
+    busy_cores: float = Field(
+        default=0.3,
+        gt=0,
+        le=4096,
+        description=(
+            "Other processes (and hypervisor steal) using more than this many cores during a measurement (a round of both "
+            "models) make it busy: thrown away and re-measured once quiet."
+        ),
+    )
+    quiet_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=86_400,
+        description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy measurements are kept and flagged.",
+    )
+
+
 def dataset_batch(ctx: EvalContext, cfg: FeedConfig) -> dict[str, np.ndarray] | None:
     """The first ``batch_size`` samples of the configured dataset (copies, so the rest can be
     freed), or None for synthetic feeds."""

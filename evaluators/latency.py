@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
 from evaluators._rounds import Arm, Rounds
-from evaluators._sessions import FeedConfig, dataset_batch, feeds_for, open_reference, open_session
+from evaluators._sessions import ComparedTimingConfig, dataset_batch, feeds_for, open_reference, open_session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,7 +97,7 @@ class Latency(Evaluator):
     )
     paired_metrics = {"p50_ms": "speedup", "mean_ms": "speedup", "throughput_per_s": "speedup"}
 
-    class Config(FeedConfig):
+    class Config(ComparedTimingConfig):
         warmup: int = Field(
             default=10,
             ge=0,
@@ -129,28 +129,6 @@ class Latency(Evaluator):
         min_rounds: int = Field(default=6, ge=2, le=100_000, description="Rounds to take at least (each round times both models).")
         max_rounds: int = Field(
             default=80, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
-        )
-        precision: float = Field(
-            default=0.05,
-            gt=0,
-            lt=1,
-            description="Stop adding rounds once the speedup's confidence interval is within ± this fraction of the speedup (0.05 = ±5%).",
-        )
-        confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
-        max_time_s: float = Field(
-            default=60.0, gt=0, le=86_400, description="Time budget for the rounds: stop adding rounds after this many seconds."
-        )
-        busy_cores: float = Field(
-            default=0.3,
-            gt=0,
-            le=4096,
-            description="Other processes (and hypervisor steal) using more than this many cores during a round make it a busy round: thrown away and re-measured once quiet.",
-        )
-        quiet_wait_s: float = Field(
-            default=30.0,
-            ge=0,
-            le=86_400,
-            description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy rounds are kept and flagged.",
         )
 
         @model_validator(mode="after")

@@ -40,7 +40,7 @@ from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
 from evaluators._sessions import (
     RUN_ERRORS,
-    FeedConfig,
+    ComparedTimingConfig,
     dataset_batch,
     feeds_for,
     io_binding,
@@ -87,7 +87,7 @@ class Throughput(Evaluator):
     )
     paired_metrics = {"items_per_s": "speedup", "requests_per_s": "speedup"}
 
-    class Config(FeedConfig):
+    class Config(ComparedTimingConfig):
         concurrency: int = Field(default=1, ge=1, le=1024, description="Requests in flight at once (threads serving them).")
         mode: Literal["threads", "sessions"] = Field(
             default="threads",
@@ -111,29 +111,9 @@ class Throughput(Evaluator):
             le=100_000,
             description="Windows of each model to take at most while the interval is wider than `precision` asks.",
         )
-        precision: float = Field(
-            default=0.05,
-            gt=0,
-            lt=1,
-            description="Stop adding windows once the speedup's confidence interval is within ± this fraction of the speedup.",
-        )
-        confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
-        max_time_s: float = Field(default=60.0, gt=0, le=86_400, description="Time budget: stop adding windows after this many seconds.")
         compare: bool = Field(
             default=True,
             description="Time the candidate against its target's reference in alternating windows (false: alone; no speedup is reported).",
-        )
-        busy_cores: float = Field(
-            default=0.3,
-            gt=0,
-            le=4096,
-            description="Other processes (and hypervisor steal) using more than this many cores during a pair of windows make it busy: thrown away and re-measured once quiet.",
-        )
-        quiet_wait_s: float = Field(
-            default=30.0,
-            ge=0,
-            le=86_400,
-            description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy windows are kept and flagged.",
         )
 
         @model_validator(mode="after")
