@@ -51,21 +51,33 @@ def _dimension(
 
 
 def _invalid_points(
-    cls: Any, config: dict[str, Any], dims: dict[str, SearchDim], source: WorkflowSource, where: Where, owner: str
+    cls: Any,
+    config: dict[str, Any],
+    dims: dict[str, SearchDim],
+    source: WorkflowSource,
+    where: Where,
+    owner: str,
+    build: Any = None,
+    base: dict[str, Any] | None = None,
+    what: str = "point",
 ) -> list[Problem]:
-    """One problem per option whose searched values make a config the pass refuses."""
+    """One problem per option whose searched values make a config the plugin refuses. ``build``
+    makes the config of a point (default: the point's options over ``config``); ``base`` is what
+    ``when:`` conditions read (default: ``config``)."""
     try:
-        points = grid_points(dims, config, limit=GRID_CHECK_LIMIT)
+        points = grid_points(dims, config if base is None else base, limit=GRID_CHECK_LIMIT)
     except ValueError as error:
         return [source.problem((*where, "search"), str(error))]
     problems: list[Problem] = []
     reported: set[str] = set()
     for point in points:
         try:
-            cls.Config(**{**config, **point})
+            cls.Config(**(build(point) if build is not None else {**config, **point}))
         except ValidationError as error:
             first = error.errors(include_url=False)[0]
-            option = str(first["loc"][0]) if first["loc"] else ""
+            loc = [str(part) for part in first["loc"]]
+            # the searched option the error is in: the longest dotted prefix of its location
+            option = next((".".join(loc[:i]) for i in range(len(loc), 0, -1) if ".".join(loc[:i]) in dims), ".".join(loc))
             if option in reported:
                 continue
             reported.add(option)
@@ -73,7 +85,7 @@ def _invalid_points(
             problems.append(
                 source.problem(
                     (*where, "search", *([option] if option in dims else [])),
-                    f"the searched point ({shown}) is not a valid config of {owner}: {first['msg']}",
+                    f"the searched {what} ({shown}) {'is' if what == 'point' else 'are'} not a valid config of {owner}: {first['msg']}",
                     hint="narrow the values, or make the option conditional with `when:`",
                 )
             )
@@ -162,29 +174,18 @@ def resolve_target_search(
         problems.extend(found)
         if dim is not None:
             dims[option] = dim
-    if not dims:
-        return dims
-    try:
-        points = grid_points(dims, flatten(options), limit=GRID_CHECK_LIMIT)
-    except ValueError as error:
-        problems.append(source.problem((*where, "search"), str(error)))
-        return dims
-    reported: set[str] = set()
-    for point in points:
-        try:
-            cls.Config(**overlay(options, point))
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            loc = ".".join(str(part) for part in first["loc"])
-            if loc in reported:
-                continue
-            reported.add(loc)
-            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
-            problems.append(
-                source.problem(
-                    (*where, "search", *([loc] if loc in dims else [])),
-                    f"the searched settings ({shown}) are not a valid config of {owner}: {first['msg']}",
-                    hint="narrow the values, or make the option conditional with `when:`",
-                )
+    if dims:
+        problems.extend(
+            _invalid_points(
+                cls,
+                options,
+                dims,
+                source,
+                where,
+                owner,
+                build=lambda point: overlay(options, point),
+                base=flatten(options),
+                what="settings",
             )
+        )
     return dims
