@@ -26,40 +26,26 @@ numpy is imported inside functions: the engine imports this module at validate t
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
-from engine.core.stats import Interval, bootstrap
-from evaluators._noise import Load, NoiseMeter
+from engine.core.stats import Interval
 from evaluators._sessions import (
-    RUN_ERRORS,
     ComparedTimingConfig,
     dataset_batch,
-    feeds_for,
-    io_binding,
     open_reference,
     open_session,
-    prepare_run,
-    run_failed,
 )
+from evaluators._windows import LoadArm, Windows
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from engine.core.artifact import ModelArtifact
     from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
-
-#: how long a thread waits for the others at a window's start before the window is given up
-BARRIER_TIMEOUT_S = 120.0
 
 
 class Throughput(Evaluator):
@@ -128,7 +114,7 @@ class Throughput(Evaluator):
         cfg = self.config
         batch = dataset_batch(ctx, cfg)
         compared = cfg.compare and ctx.reference is not None
-        windows = _Windows(cfg, arms=2 if compared else 1)
+        windows = Windows(cfg, arms=2 if compared else 1)
         per_session = cfg.concurrency if cfg.mode == "sessions" else 1
         facts: dict[str, Any] = {}
         with ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="kiln-throughput") as pool:
@@ -136,14 +122,14 @@ class Throughput(Evaluator):
                 # one block: fresh sessions for each model, warmed up, timed for a few window pairs, closed
                 opened: list[Session] = []
                 try:
-                    arms: list[_Arm] = []
+                    arms: list[LoadArm] = []
                     for role in ("reference", "candidate") if compared else ("model",):
                         sessions = []
                         for _ in range(per_session):
                             session = open_reference(ctx) if role == "reference" else open_session(ctx, model, role)
                             opened.append(session)
                             sessions.append(session)
-                        arms.append(_Arm.build(role, sessions, cfg, batch))
+                        arms.append(LoadArm.build(role, sessions, cfg, batch))
                     facts = facts or arms[-1].facts(cfg)
                     if compared:
                         facts["reference_io_binding"] = arms[0].io_binding(cfg)
@@ -157,7 +143,7 @@ class Throughput(Evaluator):
                     break
         return self._result(windows, facts, ctx, batch is not None)
 
-    def _result(self, windows: _Windows, facts: dict[str, Any], ctx: EvalContext, from_data: bool) -> MetricResult:
+    def _result(self, windows: Windows, facts: dict[str, Any], ctx: EvalContext, from_data: bool) -> MetricResult:
         import numpy as np
 
         cfg = self.config
@@ -192,6 +178,31 @@ class Throughput(Evaluator):
         elif ctx.reference is None:
             # the reference itself: speedup 1 by definition (a candidate timed alone has none)
             values |= {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0, "reference_items_per_s": values["items_per_s"]}
+        details = self._details(windows, facts, ctx, from_data, interval, requests, seconds)
+        logger.debug(
+            "throughput on %s (%s x%d): %.1f items/s, speedup %.3f over %d windows",
+            ctx.target.id,
+            cfg.mode,
+            cfg.concurrency,
+            values["items_per_s"],
+            values.get("speedup", float("nan")),
+            len(windows.kept),
+        )
+        return MetricResult(values=values, details=details, samples=samples)
+
+    def _details(
+        self,
+        windows: Windows,
+        facts: dict[str, Any],
+        ctx: EvalContext,
+        from_data: bool,
+        interval: Interval | None,
+        requests: int,
+        seconds: float,
+    ) -> dict[str, Any]:
+        """How the windows were taken: what a reader needs to trust the figures."""
+        cfg = self.config
+        cand = [w.per_arm[-1] for w in windows.kept]
         details: dict[str, Any] = {
             "method": "alternating windows against the reference" if windows.arms == 2 else "windows, alone",
             **facts,
@@ -216,234 +227,4 @@ class Throughput(Evaluator):
         }
         if windows.arms == 2:
             details["reference_target"] = ctx.reference_on.id
-        logger.debug(
-            "throughput on %s (%s x%d): %.1f items/s, speedup %.3f over %d windows",
-            ctx.target.id,
-            cfg.mode,
-            cfg.concurrency,
-            values["items_per_s"],
-            values.get("speedup", float("nan")),
-            len(windows.kept),
-        )
-        return MetricResult(values=values, details=details, samples=samples)
-
-
-@dataclass
-class _Stream:
-    """One serving thread's work: a request (``call``) and how to wait for its device work."""
-
-    call: Callable[[], object]
-    sync: Callable[[], None]
-    feeds: dict[str, np.ndarray]
-
-
-@dataclass
-class _Window:
-    """One model's timed window: requests completed, from the common start to the last end."""
-
-    requests: int
-    elapsed_ns: int
-    times_ns: list[int]
-    threads: int  # distinct threads that served it
-
-
-@dataclass
-class _Arm:
-    """One model under load: its sessions and the streams (one per thread) that serve it."""
-
-    role: str
-    sessions: list[Session]
-    streams: list[_Stream]
-
-    @classmethod
-    def build(cls, role: str, sessions: list[Session], cfg: Throughput.Config, batch: dict[str, np.ndarray] | None) -> _Arm:
-        streams = []
-        if cfg.mode == "threads":
-            session = sessions[0]
-            feeds = feeds_for(session, cfg, batch)
-            for _ in range(cfg.concurrency):
-                # host arrays in and out on every call: already synchronous
-                streams.append(_Stream(_request(session.concurrent(), feeds), _no_sync, feeds))
-        else:
-            for session in sessions:
-                feeds = feeds_for(session, cfg, batch)
-                streams.append(_Stream(prepare_run(session, feeds, role), session.synchronize, feeds))
-        return cls(role, sessions, streams)
-
-    def io_binding(self, cfg: Throughput.Config) -> str:
-        # threads call ``concurrent()`` with host arrays: nothing is bound on the device
-        return io_binding(self.sessions[0]) if cfg.mode == "sessions" else "off"
-
-    def facts(self, cfg: Throughput.Config) -> dict[str, Any]:
-        feeds = self.streams[0].feeds
-        return {
-            "mode": cfg.mode,
-            "concurrency": cfg.concurrency,
-            "sessions_per_model": len(self.sessions),
-            "io_binding": self.io_binding(cfg),
-            "session": dict(self.sessions[0].details),
-            "input_shapes": {name: list(array.shape) for name, array in feeds.items()},
-            "input_dtypes": {name: str(array.dtype) for name, array in feeds.items()},
-        }
-
-    def warm_up(self, pool: ThreadPoolExecutor, runs: int) -> None:
-        """``runs`` untimed requests on every stream, all streams at once."""
-
-        def warm(stream: _Stream) -> None:
-            for _ in range(runs):
-                stream.call()
-            stream.sync()
-
-        self._gather([pool.submit(warm, stream) for stream in self.streams])
-
-    def window(self, pool: ThreadPoolExecutor, window_s: float) -> _Window:
-        """Every stream starts at once and runs requests back to back until ``window_s`` is over
-        (each at least one); the window ends with the last request."""
-        clock: dict[str, int] = {}
-
-        def start() -> None:  # run by one thread when all have reached the barrier
-            clock["start"] = time.perf_counter_ns()
-            clock["deadline"] = clock["start"] + int(window_s * 1e9)
-
-        barrier = threading.Barrier(len(self.streams), action=start)
-
-        def serve(stream: _Stream) -> tuple[list[int], int, int]:
-            call, sync = stream.call, stream.sync
-            times: list[int] = []
-            barrier.wait(BARRIER_TIMEOUT_S)
-            deadline = clock["deadline"]
-            while True:
-                began = time.perf_counter_ns()
-                call()
-                sync()
-                ended = time.perf_counter_ns()
-                times.append(ended - began)
-                if ended >= deadline:
-                    return times, ended, threading.get_ident()
-
-        results = self._gather([pool.submit(serve, stream) for stream in self.streams])
-        times = [t for result in results for t in result[0]]
-        last = max(result[1] for result in results)
-        return _Window(len(times), max(1, last - clock["start"]), times, len({result[2] for result in results}))
-
-    def _gather(self, futures: list[Any]) -> list[Any]:
-        """The futures' results; a failed request becomes an EvaluationError (the first failure)."""
-        results, failure = [], None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except RUN_ERRORS as error:  # BrokenBarrierError too: a thread that never started
-                failure = failure or error
-        if failure is not None:
-            raise run_failed(self.streams[0].feeds, self.role, failure) from failure
-        return results
-
-
-def _request(run: Callable[[dict[str, np.ndarray]], list[np.ndarray]], feeds: dict[str, np.ndarray]) -> Callable[[], object]:
-    """One request of a serving thread: ``run`` (from ``Session.concurrent``) on the host feeds."""
-
-    def request() -> object:
-        return run(feeds)
-
-    return request
-
-
-def _no_sync() -> None:
-    pass
-
-
-@dataclass
-class _Pair:
-    per_arm: list[_Window]  # in arm order: the reference first when compared
-    load: Load
-    busy: bool
-    block: int
-
-
-class _Windows:
-    """The alternating windows, block by block (a block: one opening of the models), and the
-    rules that decide when they are enough."""
-
-    def __init__(self, cfg: Throughput.Config, arms: int) -> None:
-        self.cfg = cfg
-        self.arms = arms
-        self.kept: list[_Pair] = []
-        self.blocks = 0
-        self.discarded = 0
-        self.waited_s = 0.0
-        self.stop_reason = ""
-        self._meter = NoiseMeter()
-        self._quiet_budget = cfg.quiet_wait_s
-        self._started = time.perf_counter()
-
-    @property
-    def per_block(self) -> int:
-        return max(2, -(-self.cfg.min_windows // self.cfg.sessions))
-
-    def block(self, arms: list[_Arm], pool: ThreadPoolExecutor) -> None:
-        taken = 0
-        while taken < self.per_block:
-            order = list(range(len(arms)))
-            if (len(self.kept) + self.discarded) % 2:
-                order.reverse()
-            per_arm: list[_Window | None] = [None] * len(arms)
-            self._meter.start()
-            for i in order:
-                per_arm[i] = arms[i].window(pool, self.cfg.window_s)
-            load = self._meter.stop()
-            busy = load.busy(self.cfg.busy_cores)
-            if busy and self._quiet_budget > 0:
-                self.discarded += 1
-                _, waited = self._meter.wait_for_quiet(self.cfg.busy_cores, self._quiet_budget)
-                self.waited_s += waited
-                self._quiet_budget -= waited
-                continue
-            self.kept.append(_Pair([w for w in per_arm if w is not None], load, busy, self.blocks))
-            taken += 1
-        self.blocks += 1
-
-    def ratios(self) -> list[float]:
-        """Per pair: the candidate's throughput over the reference's (> 1: the candidate serves more)."""
-        return [_rate(p.per_arm[-1]) / _rate(p.per_arm[0]) for p in self.kept]
-
-    def interval(self) -> Interval:
-        return bootstrap(self.ratios(), "median", self.cfg.confidence, groups=[p.block for p in self.kept])
-
-    def enough(self) -> bool:
-        cfg = self.cfg
-        self.stop_reason = ""
-        elapsed = time.perf_counter() - self._started - self.waited_s
-        if self.blocks < cfg.sessions or len(self.kept) < cfg.min_windows:
-            return False
-        if elapsed >= cfg.max_time_s:
-            self.stop_reason = f"max_time_s ({cfg.max_time_s:g} s) spent"
-        elif self.arms == 1:
-            self.stop_reason = "windows done"
-        else:
-            interval = self.interval()
-            if interval.half_width <= cfg.precision * interval.estimate:
-                self.stop_reason = f"interval within ±{cfg.precision:.0%}"
-            elif len(self.kept) >= cfg.max_windows:
-                self.stop_reason = f"max_windows ({cfg.max_windows}) reached"
-        return bool(self.stop_reason)
-
-    def mean_others(self) -> float:
-        return sum(p.load.others_cores for p in self.kept) / len(self.kept) if self.kept else 0.0
-
-    def noise(self) -> dict[str, Any]:
-        busy = [p for p in self.kept if p.busy]
-        return {
-            "others_cores_mean": self.mean_others(),
-            "others_cores_max": max((p.load.others_cores for p in self.kept), default=0.0),
-            "steal_cores_mean": sum(p.load.steal_cores for p in self.kept) / len(self.kept) if self.kept else 0.0,
-            "busy_cores_threshold": self.cfg.busy_cores,
-            # the keys latency's noise has (the engine's summary reads them): a round is a pair of windows
-            "busy_rounds_kept": len(busy),
-            "rounds_thrown_away": self.discarded,
-            "waited_for_quiet_s": round(self.waited_s, 2),
-            "loaded": bool(busy),
-        }
-
-
-def _rate(window: _Window) -> float:
-    return window.requests / window.elapsed_ns
+        return details
