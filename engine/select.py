@@ -109,7 +109,11 @@ def judge(resolved: ResolvedWorkflow, constraint: Constraint, result: CandidateR
     metric = constraint.metric
     ref_metrics = reference.metrics if reference is not None and reference.state == "complete" else {}
     drop = None
-    if confidence is not None and reference is not None and reference is not result:
+    if confidence is not None and reference is result:
+        # the reference against itself: the drop is exactly 0, whatever its own uncertainty (judging
+        # its lower bound against its point estimate made a reference fail a max_drop constraint)
+        drop = Interval(0.0, 0.0, 0.0, confidence)
+    elif confidence is not None and reference is not None:
         mine, theirs = result.samples.get(metric), reference.samples.get(metric)
         if mine and theirs and mine.get("statistic") == theirs.get("statistic") == "mean" and len(mine["values"]) == len(theirs["values"]):
             drop = paired_difference(theirs["values"], mine["values"], confidence, SEED)

@@ -193,3 +193,15 @@ def test_the_tie_margin_applies_to_timings_only(tmp_path, tiny_onnx, ref) -> Non
     resolved = resolved_with(tmp_path, tiny_onnx, objective={"metric": "fidelity.cosine_mean", "goal": "min"}, constraints=[])
     select(resolved, [ref, lower, higher])
     assert lower.chosen  # 0.96 vs 0.99 is within 5%, but a quality figure is not a timing
+
+
+def test_the_reference_meets_a_drop_constraint_whatever_its_own_uncertainty(tmp_path, tiny_onnx):
+    """Its drop from itself is exactly 0: judging its lower bound against its own estimate made a
+    reference with a noisy metric infeasible, and a slower candidate was chosen in its place."""
+    resolved = resolved_with(tmp_path, tiny_onnx, constraints=[{"metric": "fidelity.cosine_mean", "max_drop": 0.01}])
+    noisy = spread(0.93, 0.3, n=40)  # a wide interval: its lower bound is far below 0.93
+    reference = result(tmp_path, 0, speedup=[1.0], cosines=noisy, reference=True)
+    slower = result(tmp_path, 1, speedup=spread(0.8, 0.02), cosines=noisy)
+    select(resolved, [reference, slower])
+    assert reference.feasible and reference.violations == []
+    assert reference.chosen and not slower.chosen
