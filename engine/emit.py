@@ -19,6 +19,7 @@ from engine import __version__, keys
 from engine.core.config import library_versions
 from engine.core.errors import InputError, KilnError, Problem
 from engine.core.hashing import sha256_file
+from engine.core.target import Target
 from engine.results import CandidateResult, RunReport
 from engine.select import intervals_json, under_load
 from engine.store import Store, write_json_atomic
@@ -225,26 +226,26 @@ def measured_session(report: RunReport, result: CandidateResult) -> tuple[str | 
     return (ranked[0], result.details[ranked[0]]) if ranked else (None, {})
 
 
-def inference_settings(report: RunReport, result: CandidateResult) -> dict[str, Any]:
-    """What an application needs to run the chosen model as it was measured: the target's own
-    document (providers, options, session options, binding) from the session details in force,
-    plus the model file, the shapes it was timed at and where the figures come from."""
+def inference_settings(report: RunReport, result: CandidateResult, target: Target) -> dict[str, Any]:
+    """What an application needs to run the chosen model as it was measured: the document of
+    ``target`` (the candidate's target with its settings: providers, options, session options,
+    binding) from the session details in force, plus the model file, the shapes it was timed at
+    and where the figures come from."""
     assert result.model is not None
-    entry = report.resolved.targets[result.candidate.target]
-    target = entry.variant(result.candidate.settings)
     evaluation, details = measured_session(report, result)
+    session = details.get("session") or {}
     model_file, path = result.model.model_file, result.model.path
     relative = model_file.relative_to(path) if path.is_dir() else Path(model_file.name)
-    document: dict[str, Any] = {
+    return {
         "kiln": __version__,
         "candidate": result.candidate.id,
         "target": result.candidate.target,
         "model": "model" if relative == Path(".") else f"model/{relative.as_posix()}",
         "searched_settings": result.candidate.settings,
-        **target.inference_settings(details.get("session") or {}),
+        **target.inference_settings(session),
         "measured": {
             "by": evaluation,
-            "io_binding": details.get("io_binding", (details.get("session") or {}).get("io_binding")),
+            "io_binding": details.get("io_binding", session.get("io_binding")),
             "batch_size": details.get("batch_size"),
             "input_shapes": details.get("input_shapes"),
             "input_dtypes": details.get("input_dtypes"),
@@ -252,21 +253,19 @@ def inference_settings(report: RunReport, result: CandidateResult) -> dict[str, 
         if evaluation
         else None,
     }
-    return document
 
 
 def write_inference_settings(report: RunReport, result: CandidateResult, folder: Path) -> None:
     """``inference_settings.json`` and ``inference.py`` (the session opened as measured) beside
-    a chosen model."""
-    document = inference_settings(report, result)
-    write_json_atomic(folder / "inference_settings.json", document)
+    a chosen model. ``folder`` lies in the staging folder ``write_outputs`` switches into place
+    whole, so the program is written plainly (the JSON goes through the same writer as the
+    other records)."""
     target = report.resolved.targets[result.candidate.target].variant(result.candidate.settings)
+    document = inference_settings(report, result, target)
+    write_json_atomic(folder / "inference_settings.json", document)
     snippet = target.snippet(document, document["model"])
     if snippet:
-        text = folder / "inference.py"
-        staging = folder / f".inference.py.{uuid.uuid4().hex[:8]}.tmp"
-        staging.write_text(snippet)
-        os.replace(staging, text)
+        (folder / "inference.py").write_text(snippet)
 
 
 def _switch(staging: Path, output_dir: Path) -> None:
