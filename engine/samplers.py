@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.core.hashing import sha256_json
 from engine.core.search import Categorical, Outcome, Trial, TrialState
-from engine.space import SESSION, Point, TargetSpace
+from engine.space import Point, TargetSpace
 from engine.trials import Heartbeat, file_lock, history_length, open_storage, open_study, reclaim_stale
 
 log = logging.getLogger(__name__)
@@ -79,13 +79,7 @@ class OptunaSampler:
     def _point(self, params: dict[str, Any]) -> Point:
         """A stored trial's params as a point (choices stored by index turned back to values)."""
         point = dict(params)
-        for step in self.space.chain(point):
-            for name, dim in step.search.items():
-                key = f"{step.id}.{name}"
-                if key in point and isinstance(dim.distribution, Categorical) and point[key] not in dim.distribution.choices:
-                    point[key] = dim.distribution.choices[int(point[key])]
-        for name, dim in self.space.settings_dims.items():
-            key = f"{SESSION}.{name}"
+        for key, dim in self.space.searched(point):
             if key in point and isinstance(dim.distribution, Categorical) and point[key] not in dim.distribution.choices:
                 point[key] = dim.distribution.choices[int(point[key])]
         return point

@@ -75,6 +75,12 @@ class TargetSpace:
         prefix = f"{SESSION}."
         return {name[len(prefix) :]: value for name, value in point.items() if name.startswith(prefix)}
 
+    def searched(self, point: Point) -> list[tuple[str, SearchDim]]:
+        """Every searched option a point may carry, by its name in the point: the options of the
+        steps on its path (``<step>.<option>``) and the session settings (``session.<option>``)."""
+        found = [(f"{step.id}.{name}", dim) for step in self.chain(point) for name, dim in step.search.items()]
+        return found + [(f"{SESSION}.{name}", dim) for name, dim in self.settings_dims.items()]
+
     def settings_grid(self) -> list[Point]:
         """Every combination of the searched settings, as point entries (``session.<option>``)."""
         if not self.settings_dims:
@@ -171,15 +177,7 @@ class TargetSpace:
         for step in self.chain(point):
             if step.optional:
                 out[step.id] = optuna.distributions.CategoricalDistribution([APPLY, SKIP])
-            for name, dim in step.search.items():
-                key = f"{step.id}.{name}"
-                if key not in point:
-                    continue
-                if not dim.distribution.contains(point[key]):
-                    return None
-                out[key] = _optuna_distribution(dim)
-        for name, dim in self.settings_dims.items():
-            key = f"{SESSION}.{name}"
+        for key, dim in self.searched(point):
             if key not in point:
                 continue
             if not dim.distribution.contains(point[key]):
@@ -190,13 +188,7 @@ class TargetSpace:
     def to_optuna(self, point: Point) -> dict[str, Any]:
         """A point's values as optuna stores them (non-primitive choices by index)."""
         params = dict(point)
-        for step in self.chain(point):
-            for name, dim in step.search.items():
-                key = f"{step.id}.{name}"
-                if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
-                    params[key] = dim.distribution.choices.index(params[key])
-        for name, dim in self.settings_dims.items():
-            key = f"{SESSION}.{name}"
+        for key, dim in self.searched(point):
             if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
                 params[key] = dim.distribution.choices.index(params[key])
         return params
