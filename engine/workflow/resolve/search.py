@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from engine import registry
 from engine.core.errors import Problem
-from engine.core.search import SearchDim, distribution_from_spec, grid_points
+from engine.core.search import SearchDim, distribution_from_spec, flatten, grid_points, overlay
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.plugins import Where
 from engine.workflow.schema import SearchOption
@@ -99,7 +100,16 @@ def resolve_search(
     Config, so "static needs a calibration dataset" is caught before anything runs."""
     if not isinstance(raw, dict):
         return {}
-    fields = list(cls.Config.model_fields)
+    dims = _dimensions(raw, list(cls.Config.model_fields), owner, source, where, problems)
+    if config is not None and dims:
+        problems.extend(_invalid_points(cls, config, dims, source, where, owner))
+    return dims
+
+
+def _dimensions(
+    raw: dict[str, Any], fields: list[str], owner: str, source: WorkflowSource, where: Where, problems: list[Problem]
+) -> dict[str, SearchDim]:
+    """Each searched option of ``raw`` that names one of ``fields`` as a distribution."""
     dims: dict[str, SearchDim] = {}
     for option, spec in raw.items():
         at = (*where, "search", option)
@@ -110,8 +120,6 @@ def resolve_search(
         problems.extend(found)
         if dim is not None:
             dims[option] = dim
-    if config is not None and dims:
-        problems.extend(_invalid_points(cls, config, dims, source, where, owner))
     return dims
 
 
@@ -122,10 +130,6 @@ UNSEARCHED_TARGET_OPTIONS = ("id", "runtime", "device", "environment", "resource
 def option_names(model: Any, prefix: str = "", depth: int = 2) -> list[str]:
     """The options of a pydantic model by dotted name: its fields, and the fields of fields
     typed as another model (``cuda.enable_cuda_graph``), ``depth`` levels down."""
-    import typing
-
-    from pydantic import BaseModel
-
     names: list[str] = []
     for name, info in model.model_fields.items():
         names.append(f"{prefix}{name}")
@@ -143,8 +147,6 @@ def resolve_target_search(
     """A target's ``search:``: its session settings (threads, provider options, ...) as
     distributions, named by dotted option names; every grid point is checked against the
     target's Config, so a value the runtime refuses is caught before anything runs."""
-    from engine.core.search import flatten, overlay
-
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -153,27 +155,21 @@ def resolve_target_search(
         )
         return {}
     fields = [name for name in option_names(cls.Config) if name.split(".")[0] not in UNSEARCHED_TARGET_OPTIONS]
-    dims: dict[str, SearchDim] = {}
+    searchable: dict[str, Any] = {}
     for option, spec in raw.items():
-        at = (*where, "search", option)
         if option.split(".")[0] in UNSEARCHED_TARGET_OPTIONS:
             problems.append(
                 source.problem(
-                    at,
+                    (*where, "search", option),
                     f"{owner}'s option '{option}' names the target and cannot be searched",
                     expected="a session setting: " + ", ".join(fields[:12]) + (", ..." if len(fields) > 12 else ""),
                     given=option,
                     hint="declare one target per device or runtime instead",
                 )
             )
-            continue
-        if option not in fields:
-            problems.append(_unknown_option(option, fields, owner, source, at, "search"))
-            continue
-        dim, found = _dimension(option, spec, fields, owner, source, at)
-        problems.extend(found)
-        if dim is not None:
-            dims[option] = dim
+        else:
+            searchable[option] = spec
+    dims = _dimensions(searchable, fields, owner, source, where, problems)
     if dims:
         problems.extend(
             _invalid_points(
