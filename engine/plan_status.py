@@ -142,10 +142,9 @@ def _candidate_statuses(
                 marks[spec.id] = MISS
                 continue
             against = None if candidate.reference else reference_digest
-            fingerprint = plan.fingerprint(candidate.target, candidate.settings)
-            assert fingerprint is not None
-            reference_on = plan.fingerprint(candidate.target) if candidate.settings and against else None
-            key, _ = spec.key(model_digest, against, fingerprint, datasets.keys, lambda p: store.cached_digest(p, "file"), reference_on)
+            key, _ = plan.eval_key(
+                spec, model_digest, against, candidate.target, candidate.settings, datasets.keys, lambda p: store.cached_digest(p, "file")
+            )
             marks[spec.id] = HIT if store.lookup(key) else MISS
         out.append(CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks))
     return tuple(out)

@@ -9,13 +9,15 @@ jobs, so a step shared by many candidates runs once. The plan grows as samplers 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
 from engine.core.hashing import sha256_json
-from engine.jobs import PassSpec, pass_spec
+from engine.jobs import EvalSpec, Key, PassSpec, pass_spec
 from engine.space import SESSION, SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
@@ -147,6 +149,24 @@ class Plan:
                 base = {**base, "options": options}
             self._fingerprints[known] = base
         return self._fingerprints[known]
+
+    def eval_key(
+        self,
+        spec: EvalSpec,
+        model_digest: str,
+        reference_digest: str | None,
+        target: str,
+        settings: dict[str, Any] | None,
+        dataset_keys: dict[str, str],
+        file_digest: Callable[[Path], str],
+    ) -> Key:
+        """An evaluation's key (the run's, and `engine plan`'s) on ``target`` running with
+        ``settings``. A candidate with settings is compared with the reference on the target as
+        written: that target is part of what the evaluation measured."""
+        fingerprint = self.fingerprint(target, settings)
+        assert fingerprint is not None
+        reference_on = self.fingerprint(target) if settings and reference_digest else None
+        return spec.key(model_digest, reference_digest, fingerprint, dataset_keys, file_digest, reference_on)
 
     def spec(self, job_id: str) -> PassSpec:
         spec = self.jobs[job_id].spec

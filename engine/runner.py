@@ -77,12 +77,7 @@ class Runner:
     def eval_key(
         self, spec: EvalSpec, model_digest: str, reference_digest: str | None, target_id: str, settings: dict[str, Any] | None = None
     ) -> Key:
-        fingerprint = self.plan.fingerprint(target_id, settings)
-        assert fingerprint is not None
-        # a candidate with its own session settings is compared with the reference on the target
-        # as written: that target is part of what the evaluation measured
-        reference_on = self.plan.fingerprint(target_id) if settings and reference_digest else None
-        return spec.key(model_digest, reference_digest, fingerprint, self.datasets.keys, self._file_digest, reference_on)
+        return self.plan.eval_key(spec, model_digest, reference_digest, target_id, settings, self.datasets.keys, self._file_digest)
 
     def _file_digest(self, path: Path) -> str:
         return self.store.cached_digest(path, "file")
