@@ -37,8 +37,9 @@ WORKFLOW = ROOT / "workflows" / "minilm-runtime-cpu.yaml"
 GPU_WORKFLOW = ROOT / "workflows" / "bert-gpu.yaml"
 
 
-def _candidates(out: Path) -> list[dict[str, Any]]:
-    return list(json.loads((out / "candidates.json").read_text())["candidates"])
+def _records(out: Path) -> dict[str, Any]:
+    """The run's candidates.json: ``candidates`` and the ``notes`` (pruned settings among them)."""
+    return dict(json.loads((out / "candidates.json").read_text()))
 
 
 def confirm(store: Path, target_id: str, settings: dict[str, Any], digest: str, rounds: int) -> dict[str, Any]:
@@ -82,8 +83,8 @@ def confirm(store: Path, target_id: str, settings: dict[str, Any], digest: str, 
 def cpu_part(store: Path, out: Path, rounds: int) -> bool:
     wall, _ = engine_run(WORKFLOW, store, out)
     print(f"engine run {WORKFLOW.relative_to(ROOT)}: {wall:.0f} s wall")
-    candidates = _candidates(out)
-    notes = json.loads((out / "candidates.json").read_text())["notes"]
+    records = _records(out)
+    candidates, notes = records["candidates"], records["notes"]
     ok = True
     rows = []
     for target in dict.fromkeys(c["target"] for c in candidates):
@@ -154,7 +155,7 @@ def gpu_part(store: Path, out: Path) -> bool:
         return True
     wall, _ = engine_run(GPU_WORKFLOW, store, out)
     print(f"engine run {GPU_WORKFLOW.relative_to(ROOT)}: {wall:.0f} s wall")
-    candidates = [c for c in _candidates(out) if c["target"] == "ort-cuda"]
+    candidates = [c for c in _records(out)["candidates"] if c["target"] == "ort-cuda"]
     chosen = next(c for c in candidates if c["chosen"])
     reference = next(c for c in candidates if c["reference"])
     from engine.store import Store

@@ -17,6 +17,7 @@ from typing import Any
 import networkx as nx
 
 from engine.core.hashing import sha256_json
+from engine.core.search import FloatRange
 from engine.jobs import EvalSpec, Key, PassSpec, pass_spec
 from engine.space import SESSION, SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
@@ -309,8 +310,6 @@ def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[d
     """The distinct settings of a target's searched session settings other than its own, in grid
     order: what the search tries on the reference model before the sampler. None for a continuous
     range."""
-    from engine.core.search import FloatRange
-
     if not space.settings_dims or any(isinstance(d.distribution, FloatRange) for d in space.settings_dims.values()):
         return []
     entry = resolved.targets[space.target]
