@@ -22,7 +22,7 @@ from engine.core.hashing import canonical_json, digest_tree, sha256_json
 from engine.core.passes import Pass, PassConfig, PassContext, PassResult
 from engine.core.refs import CodePath, DatasetRef, EvaluationRef, FileOrInput, FilePath, InputModelField, InputTask, RefKind, references
 from engine.core.search import Categorical, Distribution, FloatRange, IntRange, Outcome, Sampler, Trial, TrialState
-from engine.core.target import Availability, Session, Target, TargetConfig, TensorSpec
+from engine.core.target import Availability, Generation, GenerativeSession, Session, Target, TargetConfig, TensorSpec
 
 __all__ = [
     "FORMATS",
@@ -40,6 +40,8 @@ __all__ = [
     "FileOrInput",
     "FilePath",
     "FloatRange",
+    "Generation",
+    "GenerativeSession",
     "InputError",
     "InputModelField",
     "InputTask",

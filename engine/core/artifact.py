@@ -19,6 +19,9 @@ FORMATS: dict[str, str | None] = {
     "torch": None,  # a PyTorch module made by a factory function; the folder holds factory.json
     "onnx": "model.onnx",
     "openvino": "model.xml",
+    # a decoder with a key/value cache, in the folder ONNX Runtime GenAI opens: genai_config.json,
+    # the tokenizer's files, model.onnx (+ its external data)
+    "genai": "model.onnx",
 }
 
 #: the entry-point group a plugin package lists its formats under: ``name = "module:FORMAT"``,

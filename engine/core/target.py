@@ -7,7 +7,7 @@ read their fingerprint. A target that cannot run here says why instead of failin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -105,6 +105,66 @@ class Session(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the runtime's resources."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One greedy generation from a prompt: the new tokens (the prompt excluded) and when each came.
+
+    ``prefill_s`` is the time to first token: from handing over the prompt to having the first new
+    token (the prompt's forward pass plus choosing the token). ``decode_s[i]`` is the time of the
+    (i+2)-th new token: one forward pass of a single token over the cache, plus choosing it. So
+    ``len(decode_s) == len(tokens) - 1`` and the decode rate is ``len(decode_s) / sum(decode_s)``."""
+
+    tokens: list[int]
+    prefill_s: float
+    decode_s: list[float]
+
+    @property
+    def total_s(self) -> float:
+        """End to end: prompt in, last token out."""
+        return self.prefill_s + sum(self.decode_s)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens per second after the first (0.0 when only one token was generated)."""
+        spent = sum(self.decode_s)
+        return len(self.decode_s) / spent if spent > 0 else 0.0
+
+
+class GenerativeSession(Session):
+    """A decoder with a key/value cache, opened for generation (the ``genai`` format).
+
+    Token ids in, token ids out: prompts come already tokenized (a dataset tokenizes them with the
+    model's tokenizer), so a session needs no tokenizer. Sampling is greedy, so a generation
+    repeats exactly for the same model and prompt; the figures evaluators report (time to first
+    token, decode tokens per second, perplexity, next-token fidelity) are built on these two calls.
+    """
+
+    @abstractmethod
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        """Greedy generation of exactly ``max_new_tokens`` tokens after ``prompt`` (an end-of-
+        sequence token does not stop it: timings compare like with like), timed per token."""
+
+    @abstractmethod
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """The next-token logits after each prefix of ``ids``: float32 ``[len(ids), vocab]``,
+        from one forward pass over the sequence (an empty cache)."""
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """``feeds["input_ids"]`` ``[batch, length]`` (with ``attention_mask``: 1 marks the tokens
+        of a row, which come first) -> the logits ``[batch, length, vocab]``, zero past each row's
+        tokens. What a plain ``Session`` caller (the size or memory evaluator) may run."""
+        import numpy as np
+
+        ids = np.asarray(feeds["input_ids"])
+        mask = np.asarray(feeds.get("attention_mask", np.ones_like(ids)))
+        rows = [self.logits([int(t) for t in row[: int(m.sum())]]) for row, m in zip(ids, mask, strict=True)]
+        vocab = rows[0].shape[-1] if rows else 0
+        out = np.zeros((ids.shape[0], ids.shape[1], vocab), dtype=np.float32)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = row
+        return [out]
 
 
 class Target(ABC):
