@@ -8,7 +8,8 @@ The model's inputs and outputs are named in its ``genai_config.json`` (``model.d
 Two loops, chosen by the target's ``io_binding`` (false: naive; left out or true: bound):
 
 - **bound**: the key/value cache lives in OrtValues on the session's device, bound through I/O
-  binding, and only the last position's logits come back to the host per token (greedy argmax).
+  binding, and only the last position's logits come back to the host per token (greedy argmax;
+  the prefill returns every prompt position's, once).
   With ``search.past_present_share_buffer`` (GroupQueryAttention models from the GenAI model
   builder) the cache is allocated once as ``[1, kv_heads, max_length, head_size]`` and the same
   OrtValue is bound as past input and present output: the attention kernel writes the new

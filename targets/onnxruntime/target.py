@@ -230,6 +230,8 @@ class OnnxRuntimeTarget(Target):
         }
         if store_paths:
             settings["store_paths"] = store_paths
+        if details.get("decode_loop"):  # a genai decoder: Kiln's greedy decode loop (``decoder``)
+            settings["decode_loop"] = {"loop": details["decode_loop"], "kv_cache": details.get("kv_cache")}
         return settings
 
     def snippet(self, settings: dict[str, Any], model_path: str) -> str:

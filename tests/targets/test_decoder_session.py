@@ -105,3 +105,14 @@ def test_on_cuda_the_cache_stays_on_the_gpu(tiny_genai: TinyGenai) -> None:
     assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
     assert session.host_bytes == (len(PROMPT) + NEW_TOKENS - 1) * VOCAB * 4
     assert all(value.device_name() == "cuda" for value in session.last_cache.values())
+
+
+def test_inference_settings_name_the_decode_loop(tiny_genai: TinyGenai) -> None:
+    target = ort()
+    session = target.open_session(tiny_genai.fp32)
+    settings = target.inference_settings(session.details)
+    assert settings["decode_loop"] == {"loop": "bound", "kv_cache": "shared past/present buffer"}
+    code = target.snippet(settings, str(tiny_genai.fp32.model_file))
+    assert "greedy decode loop" in code and "def run(feeds)" not in code
+    namespace: dict[str, object] = {}
+    exec(compile(code, "snippet", "exec"), namespace)  # opens the model as measured
