@@ -47,6 +47,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     "targets": {
         "onnxruntime": "targets.onnxruntime:OnnxRuntimeTarget",
         "openvino": "targets.openvino:OpenVinoTarget",
+        "onnxruntime-genai": "targets.genai:GenaiTarget",
     },
     "datasources": {
         "text_lines": "evaluators.data.text_lines:TextLines",

@@ -33,7 +33,14 @@ def ort_snippet(settings: dict[str, Any], model_path: str) -> str:
         f"session = ort.InferenceSession({model_path!r}, options, providers=providers, provider_options=provider_options)",
     ]
     bind = settings.get("io_binding") or {}
-    if bind.get("mode") in ("device", "host"):
+    loop = settings.get("decode_loop")
+    if loop:
+        lines += [
+            "",
+            f"# a decoder, measured with a greedy decode loop ({loop.get('loop')}; key/value cache: {loop.get('kv_cache')}):",
+            "# names and cache shapes are in the folder's genai_config.json; the loop is targets/onnxruntime/decoder.py",
+        ]
+    elif bind.get("mode") in ("device", "host"):
         lines += _binding_lines(str(bind.get("device") or "cpu"), settings.get("cuda_graph") is not None)
     else:
         lines += ["", "# outputs = session.run(None, {input name: numpy array})"]

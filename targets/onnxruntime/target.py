@@ -17,6 +17,7 @@ from engine.core.target import Availability, Target, TensorSpec
 from targets.onnxruntime import binding, eps, placement
 from targets.onnxruntime import tensorrt as trt_cache
 from targets.onnxruntime.config import ALLOW_SPINNING, OPT_LEVELS, TRT_CACHE_PATHS, OnnxRuntimeConfig, default_providers
+from targets.onnxruntime.decoder import DecoderLayout, DecoderSession
 from targets.onnxruntime.eps import CPU, CUDA, OPENVINO, TENSORRT
 from targets.onnxruntime.provider_groups import cuda_provider_options, openvino_provider_options
 from targets.onnxruntime.session import OnnxRuntimeSession, import_onnxruntime, numpy_dtype_name, runtime_errors, tensor_shape
@@ -30,7 +31,8 @@ class OnnxRuntimeTarget(Target):
     runtime = "onnxruntime"
     summary = "ONNX Runtime with a chosen list of execution providers (CPU by default; CUDA, TensorRT, OpenVINO, DirectML, ...)."
     version = "1"
-    accepts = ("onnx",)
+    #: ``genai``: a decoder folder, opened for generation with Kiln's own decode loop (``decoder``)
+    accepts = ("onnx", "genai")
     libraries = ("onnxruntime",)
 
     Config = OnnxRuntimeConfig
@@ -110,9 +112,14 @@ class OnnxRuntimeTarget(Target):
             options[index] = trt_cache.options_with(options[index], trt_cache.provider_options(trt, folder))
         return options
 
-    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession:
+    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession | DecoderSession:
         if model.format not in self.accepts:
-            raise KilnError(f"target '{self.id}' (onnxruntime) runs ONNX models, got a {model.format} model")
+            raise KilnError(f"target '{self.id}' (onnxruntime) runs ONNX models and genai decoder folders, got a {model.format} model")
+        if model.format == "genai" and self.config.cuda_graph is not None:
+            raise KilnError(
+                f"target '{self.id}': {self.config.cuda_graph} is on, but Kiln's decode loop for genai models runs without CUDA graphs "
+                "(the input shapes change every token); turn it off for this target"
+            )
         availability = self.availability()
         if not availability.ok:
             raise TargetUnavailable(f"target '{self.id}': {availability.reason}")
@@ -142,6 +149,11 @@ class OnnxRuntimeTarget(Target):
             "execution_mode": self.config.execution_mode,
         }
         details.update(self._extra_details(passed))
+        if model.format == "genai":
+            layout = DecoderLayout.read(model.path, inputs)
+            device, device_id = self._device_of(in_use, passed)
+            # the decode loop binds unless io_binding is false (the naive loop, for comparison)
+            return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id)
         plan = self._binding_plan(in_use, passed, outputs)
         if plan is not None:
             details["io_binding_device"] = f"{plan.device}:{plan.device_id}" if plan.device != "cpu" else "cpu"
@@ -172,13 +184,19 @@ class OnnxRuntimeTarget(Target):
         if not self.config.binds_io:
             return None
         names, dtypes = [spec.name for spec in outputs], [spec.dtype for spec in outputs]
+        device, device_id = self._device_of(in_use, passed)
+        return binding.Plan(device, device_id, device != "cpu" and self.config.cuda_graph is not None, names, dtypes)
+
+    def _device_of(self, in_use: list[str], passed: list[dict[str, Any]] | None) -> tuple[str, int]:
+        """Where bound inputs and outputs live: ("cuda", device id) when CUDA or TensorRT runs the
+        model, ("cpu", 0) otherwise."""
         first = in_use[0] if in_use else CPU
         if first not in (CUDA, TENSORRT):
-            return binding.Plan("cpu", 0, False, names, dtypes)
+            return "cpu", 0
         device_id = 0
         if passed is not None and first in self.config.providers:
             device_id = int(passed[self.config.providers.index(first)].get("device_id", 0))
-        return binding.Plan("cuda", device_id, self.config.cuda_graph is not None, names, dtypes)
+        return "cuda", device_id
 
     def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
         """Providers in force with the options passed to each, session options, binding mode and
@@ -212,6 +230,8 @@ class OnnxRuntimeTarget(Target):
         }
         if store_paths:
             settings["store_paths"] = store_paths
+        if details.get("decode_loop"):  # a genai decoder: Kiln's greedy decode loop (``decoder``)
+            settings["decode_loop"] = {"loop": details["decode_loop"], "kv_cache": details.get("kv_cache")}
         return settings
 
     def snippet(self, settings: dict[str, Any], model_path: str) -> str:

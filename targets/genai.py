@@ -1,0 +1,280 @@
+"""ONNX Runtime GenAI: run decoders in the ``genai`` format with the library's own generator.
+
+The model folder's ``genai_config.json`` is read by ``og.Config``; this target replaces its
+providers (``clear_providers`` / ``append_provider`` / ``set_provider_option``) and overlays the
+session options and search options it sets (``Config.overlay``), so the folder is never edited.
+
+Generation is greedy and runs exactly ``max_new_tokens`` tokens: the generator runs the model
+(``append_tokens``: the prompt, then each chosen token) with its own key/value cache management
+(a shared past/present buffer where the model's config asks for it), and the token is the argmax
+of the last position's logits (``get_logits``). Choosing it here rather than through
+``generate_next_token`` lets an end-of-sequence token be generated without ending the generation,
+as the SDK asks, without masking it (``min_length`` would), so the continuation is the model's
+unconstrained greedy one.
+
+onnxruntime_genai is imported inside the functions that use it, never at module import.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from engine.core.errors import KilnError, MissingDependency, TargetUnavailable
+from engine.core.target import Availability, Generation, GenerativeSession, Target, TargetConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.core.artifact import ModelArtifact
+
+#: devices, with the library's check for each and the package that brings it
+DEVICES: dict[str, tuple[str, str]] = {
+    "cpu": ("", "pip install onnxruntime-genai"),
+    "cuda": ("is_cuda_available", "pip install onnxruntime-genai-cuda (with onnxruntime-gpu)"),
+    "dml": ("is_dml_available", "pip install onnxruntime-genai-directml (Windows)"),
+}
+OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def import_genai() -> Any:
+    try:
+        import onnxruntime_genai
+    except ImportError as error:
+        raise MissingDependency("onnxruntime_genai", "the onnxruntime-genai target", "pip install onnxruntime-genai") from error
+    return onnxruntime_genai
+
+
+class GenaiConfig(TargetConfig):
+    runtime: Literal["onnxruntime-genai"] = Field(description="Runs decoders with ONNX Runtime GenAI's generator.")
+    device: Literal["cpu", "cuda", "dml"] = Field(
+        default="cpu", description="Where the model runs: cpu, cuda (onnxruntime-genai-cuda) or dml (DirectML, Windows)."
+    )
+    intra_op_threads: int | None = Field(
+        default=None, ge=1, le=1024, description="Threads used inside one operator. Omit for the runtime default (one per physical core)."
+    )
+    inter_op_threads: int | None = Field(
+        default=None, ge=1, le=1024, description="Threads running independent operators at once. Omit for the runtime default."
+    )
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = Field(
+        default=None, description="How far ONNX Runtime rewrites the graph at load. Omit for the model config's (the runtime default: all)."
+    )
+    past_present_share_buffer: bool | None = Field(
+        default=None,
+        description=(
+            "Keep the key/value cache in one buffer of the full length that each step writes into (past and present share it), "
+            "instead of a new present per token. Omit for the model config's setting (on for GroupQueryAttention models)."
+        ),
+    )
+    provider_options: dict[str, str] | None = Field(
+        default=None,
+        description="Options of the device's execution provider (set_provider_option), e.g. {enable_cuda_graph: '1'} for cuda.",
+    )
+    config_entries: dict[str, str] | None = Field(
+        default=None, description="Session config entries (ONNX Runtime's add_session_config_entry) for the model's session."
+    )
+
+
+class GenaiTarget(Target):
+    runtime = "onnxruntime-genai"
+    summary = "ONNX Runtime GenAI's generator for decoders with a key/value cache (the genai format) on CPU, CUDA or DirectML."
+    version = "1"
+    accepts = ("genai",)
+    libraries = ("onnxruntime-genai", "onnxruntime")
+
+    Config = GenaiConfig
+    config: GenaiConfig
+
+    @classmethod
+    def host_report(cls) -> list[tuple[str, bool, str]]:
+        """Each device: usable here, or why not."""
+        rows = []
+        for device, (_, package) in DEVICES.items():
+            problem = _device_problem(device)
+            rows.append((device, problem is None, problem or f"from {package.removeprefix('pip install ')}"))
+        return rows
+
+    def availability(self) -> Availability:
+        problem = _device_problem(self.config.device)
+        return Availability(False, problem) if problem else Availability(True)
+
+    def overlay(self) -> dict[str, Any]:
+        """What this target changes in the model's genai_config.json (``Config.overlay``)."""
+        options: dict[str, Any] = {}
+        config = self.config
+        if config.intra_op_threads is not None:
+            options["intra_op_num_threads"] = config.intra_op_threads
+        if config.inter_op_threads is not None:
+            options["inter_op_num_threads"] = config.inter_op_threads
+        if config.graph_optimization_level is not None:
+            options["graph_optimization_level"] = OPT_LEVELS[config.graph_optimization_level]
+        if config.config_entries:
+            options["config_entries"] = dict(config.config_entries)
+        overlay: dict[str, Any] = {}
+        if options:
+            overlay["model"] = {"decoder": {"session_options": options}}
+        if config.past_present_share_buffer is not None:
+            overlay["search"] = {"past_present_share_buffer": config.past_present_share_buffer}
+        return overlay
+
+    def open_session(self, model: ModelArtifact) -> GenaiSession:
+        if model.format not in self.accepts:
+            raise KilnError(f"target '{self.id}' (onnxruntime-genai) runs decoders in the genai format, got a {model.format} model")
+        availability = self.availability()
+        if not availability.ok:
+            raise TargetUnavailable(f"target '{self.id}': {availability.reason}")
+        og = import_genai()
+        if not (model.path / "genai_config.json").is_file():
+            raise KilnError(f"target '{self.id}': no genai_config.json in {model.path}")
+        overlay = self.overlay()
+        try:
+            config = og.Config(str(model.path))
+            config.clear_providers()
+            if self.config.device != "cpu":
+                config.append_provider(self.config.device)
+                for key, value in (self.config.provider_options or {}).items():
+                    config.set_provider_option(self.config.device, key, str(value))
+            if overlay:
+                config.overlay(json.dumps(overlay))
+            loaded = og.Model(config)
+        except RuntimeError as error:
+            raise KilnError(f"onnxruntime-genai could not load {model.path}: {error}") from error
+        search = json.loads((model.path / "genai_config.json").read_text()).get("search", {})
+        details: dict[str, Any] = {
+            "runtime": self.runtime,
+            "onnxruntime_genai_version": og.__version__,
+            "device": self.config.device,
+            "model_device": str(loaded.device_type),
+            "provider": self.config.device,
+            "provider_options": dict(self.config.provider_options or {}),
+            # None means "the runtime's default"
+            "intra_op_threads": self.config.intra_op_threads,
+            "inter_op_threads": self.config.inter_op_threads,
+            "past_present_share_buffer": bool(search.get("past_present_share_buffer", False))
+            if self.config.past_present_share_buffer is None
+            else self.config.past_present_share_buffer,
+            "config_overlay": overlay,
+        }
+        return GenaiSession(og, loaded, details)
+
+    def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
+        details = session_details
+        return {
+            "runtime": self.runtime,
+            "onnxruntime_genai_version": details.get("onnxruntime_genai_version"),
+            "device": details.get("device", self.config.device),
+            "provider_options": dict(details.get("provider_options") or {}),
+            "config_overlay": dict(details.get("config_overlay") or {}),
+            "search": {"do_sample": False, "past_present_share_buffer": details.get("past_present_share_buffer")},
+        }
+
+    def snippet(self, settings: dict[str, Any], model_path: str) -> str:
+        """A runnable program: the model opened with the same provider and overlay, and a greedy
+        loop choosing each token as measured."""
+        device = str(settings.get("device") or "cpu")
+        lines = ["import json", "", "import numpy as np", "import onnxruntime_genai as og", "", f"config = og.Config({model_path!r})"]
+        lines.append("config.clear_providers()")
+        if device != "cpu":
+            lines.append(f"config.append_provider({device!r})")
+            for key, value in (settings.get("provider_options") or {}).items():
+                lines.append(f"config.set_provider_option({device!r}, {key!r}, {str(value)!r})")
+        if settings.get("config_overlay"):
+            lines.append(f"config.overlay(json.dumps({settings['config_overlay']!r}))")
+        lines += [
+            "model = og.Model(config)",
+            "",
+            "",
+            "def generate(prompt_ids, max_new_tokens):",
+            "    params = og.GeneratorParams(model)",
+            "    params.set_search_options(max_length=len(prompt_ids) + max_new_tokens, do_sample=False)",
+            "    generator = og.Generator(model, params)",
+            "    generator.append_tokens(np.asarray(prompt_ids, dtype=np.int32))",
+            "    tokens = []",
+            "    for _ in range(max_new_tokens):",
+            "        token = int(np.argmax(generator.get_logits().reshape(-1)))  # greedy; end-of-sequence does not stop it",
+            "        tokens.append(token)",
+            "        if len(tokens) < max_new_tokens:",
+            "            generator.append_tokens(np.asarray([token], dtype=np.int32))",
+            "    return tokens",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _device_problem(device: str) -> str | None:
+    """Why ``device`` cannot run here, or None."""
+    try:
+        og = import_genai()
+    except MissingDependency as error:
+        return str(error)
+    check, package = DEVICES[device]
+    if not check:
+        return None
+    if not getattr(og, check)():
+        return f"onnxruntime-genai {og.__version__} here is built without {device} support: {package}"
+    if device == "cuda" and shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU here (nvidia-smi not found)"
+    return None
+
+
+class GenaiSession(GenerativeSession):
+    """An ``og.Model`` opened for greedy generation (see the module docstring)."""
+
+    def __init__(self, og: Any, model: Any, details: dict[str, Any]) -> None:
+        super().__init__(inputs=[], outputs=[], details=details)
+        self._og = og
+        self._model = model
+
+    def _live(self) -> Any:
+        if self._model is None:
+            raise KilnError("this onnxruntime-genai session is closed")
+        return self._model
+
+    def _generator(self, length: int) -> Any:
+        og = self._og
+        params = og.GeneratorParams(self._live())
+        params.set_search_options(max_length=length, do_sample=False)
+        return og.Generator(self._model, params)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        import numpy as np
+
+        if not prompt:
+            raise KilnError("generation needs a prompt of at least one token")
+        if max_new_tokens < 1:
+            raise KilnError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        try:
+            generator = self._generator(len(prompt) + max_new_tokens)
+            tokens: list[int] = []
+            times: list[float] = []
+            ids = np.asarray(prompt, dtype=np.int32)
+            for _ in range(max_new_tokens):
+                start = time.perf_counter()
+                generator.append_tokens(ids)
+                token = int(np.argmax(generator.get_logits().reshape(-1)))
+                times.append(time.perf_counter() - start)
+                tokens.append(token)
+                ids = np.asarray([token], dtype=np.int32)
+        except RuntimeError as error:
+            raise KilnError(f"onnxruntime-genai failed to generate: {error}") from error
+        return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        import numpy as np
+
+        if not ids:
+            raise KilnError("logits of an empty sequence")
+        try:
+            generator = self._generator(len(ids) + 1)
+            generator.append_tokens(np.asarray(ids, dtype=np.int32))
+            logits = generator.get_output("logits")
+        except RuntimeError as error:
+            raise KilnError(f"onnxruntime-genai failed to compute logits: {error}") from error
+        return np.asarray(logits, dtype=np.float32)[0]
+
+    def close(self) -> None:
+        self._model = None

@@ -1,0 +1,302 @@
+"""Kiln's own greedy decode loop over an ONNX Runtime session, for decoders in the ``genai`` format.
+
+The model's inputs and outputs are named in its ``genai_config.json`` (``model.decoder.inputs`` /
+``outputs``: ``input_ids``, ``attention_mask``, optional ``position_ids``, per-layer
+``past_key_values.%d.key`` / ``present.%d.key`` patterns); the cache's shape comes from
+``num_key_value_heads`` and ``head_size``, its element type from the model's past inputs.
+
+Two loops, chosen by the target's ``io_binding`` (false: naive; left out or true: bound):
+
+- **bound**: the key/value cache lives in OrtValues on the session's device, bound through I/O
+  binding, and only the last position's logits come back to the host per token (greedy argmax;
+  the prefill returns every prompt position's, once).
+  With ``search.past_present_share_buffer`` (GroupQueryAttention models from the GenAI model
+  builder) the cache is allocated once as ``[1, kv_heads, max_length, head_size]`` and the same
+  OrtValue is bound as past input and present output: the attention kernel writes the new
+  positions in place, and the attention mask's length (the total sequence so far) tells it how
+  much of the buffer is valid, as ONNX Runtime GenAI does. Otherwise (present = concat(past, new),
+  a ``torch.onnx`` export) the present outputs are allocated on the device by ONNX Runtime and
+  bound as the next step's past, without a copy to the host.
+- **naive**: every step feeds numpy arrays and gets numpy arrays back, the whole cache included:
+  the baseline the bound loop is compared with.
+
+onnxruntime is imported inside functions, never at module import.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.core.errors import KilnError
+from engine.core.target import Generation, GenerativeSession, TensorSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+
+CONFIG_FILE = "genai_config.json"
+
+
+@dataclass(frozen=True)
+class DecoderLayout:
+    """What the loop needs from genai_config.json and the model's inputs."""
+
+    input_ids: str
+    attention_mask: str | None
+    position_ids: str | None
+    logits: str
+    past_keys: list[str]
+    past_values: list[str]
+    present_keys: list[str]
+    present_values: list[str]
+    kv_heads: int
+    head_size: int
+    context_length: int
+    share_buffer: bool
+    #: numpy dtype of the cache (float16 for fp16 models), of input_ids, of attention_mask
+    cache_dtype: str
+    ids_dtype: str
+    mask_dtype: str
+
+    @classmethod
+    def read(cls, folder: Path, inputs: list[TensorSpec]) -> DecoderLayout:
+        path = Path(folder) / CONFIG_FILE
+        try:
+            config = json.loads(path.read_text())
+            model = config["model"]
+            decoder = model["decoder"]
+            names_in, names_out = decoder.get("inputs", {}), decoder.get("outputs", {})
+            layers = int(decoder["num_hidden_layers"])
+            kv_heads = int(decoder.get("num_key_value_heads", decoder.get("num_attention_heads")))
+            head_size = int(decoder["head_size"])
+            context_length = int(model.get("context_length") or config.get("search", {}).get("max_length"))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise KilnError(f"cannot read the decoder's layout from {path}: {type(error).__name__}: {error}") from error
+        share = bool(config.get("search", {}).get("past_present_share_buffer", False))
+        given = {spec.name: spec for spec in inputs}
+
+        def optional(key: str, default: str) -> str | None:
+            name = names_in.get(key, default)
+            return name if name in given else None
+
+        def per_layer(pattern: str) -> list[str]:
+            return [pattern % i for i in range(layers)]
+
+        past_keys = per_layer(names_in.get("past_key_names", "past_key_values.%d.key"))
+        input_ids = names_in.get("input_ids", "input_ids")
+        missing = [name for name in (input_ids, *past_keys) if name not in given]
+        if missing:
+            raise KilnError(f"the model in {folder} has no input {', '.join(missing)} named in {CONFIG_FILE}")
+        mask = optional("attention_mask", "attention_mask")
+        return cls(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=optional("position_ids", "position_ids"),
+            logits=names_out.get("logits", "logits"),
+            past_keys=past_keys,
+            past_values=per_layer(names_in.get("past_value_names", "past_key_values.%d.value")),
+            present_keys=per_layer(names_out.get("present_key_names", "present.%d.key")),
+            present_values=per_layer(names_out.get("present_value_names", "present.%d.value")),
+            kv_heads=kv_heads,
+            head_size=head_size,
+            context_length=context_length,
+            share_buffer=share,
+            cache_dtype=given[past_keys[0]].dtype,
+            ids_dtype=given[input_ids].dtype,
+            mask_dtype=given[mask].dtype if mask else "int64",
+        )
+
+    @property
+    def pasts(self) -> list[str]:
+        return [*self.past_keys, *self.past_values]
+
+    @property
+    def presents(self) -> list[str]:
+        return [*self.present_keys, *self.present_values]
+
+
+class DecoderSession(GenerativeSession):
+    """Greedy generation with Kiln's own loop over an ``onnxruntime.InferenceSession``.
+
+    ``host_bytes`` counts what the last ``generate`` copied from the session's outputs to the host
+    (logits and, in the naive loop, the cache), so the two loops can be told apart."""
+
+    def __init__(
+        self,
+        session: Any,
+        inputs: list[TensorSpec],
+        outputs: list[TensorSpec],
+        details: dict[str, Any],
+        layout: DecoderLayout,
+        bound: bool,
+        device: str = "cpu",
+        device_id: int = 0,
+    ) -> None:
+        super().__init__(inputs=inputs, outputs=outputs, details=details)
+        self._session = session
+        self.layout = layout
+        self.bound = bound
+        self.device, self.device_id = device, device_id
+        self.host_bytes = 0
+        self.last_cache: dict[str, Any] = {}
+        self.details["io_binding"] = ("device" if device != "cpu" else "host") if bound else "off"
+        self.details["decode_loop"] = "bound" if bound else "naive"
+        self.details["kv_cache"] = "shared past/present buffer" if bound and layout.share_buffer else "concat (present fed back as past)"
+
+    def _live(self) -> Any:
+        if self._session is None:
+            raise KilnError("this onnxruntime session is closed")
+        return self._session
+
+    # -- feeds ---------------------------------------------------------------------------------
+
+    def _step_feeds(self, ids: Sequence[int], past_length: int) -> dict[str, np.ndarray]:
+        import numpy as np
+
+        layout = self.layout
+        total = past_length + len(ids)
+        feeds = {layout.input_ids: np.asarray([list(ids)], dtype=layout.ids_dtype)}
+        if layout.attention_mask is not None:
+            feeds[layout.attention_mask] = np.ones((1, total), dtype=layout.mask_dtype)
+        if layout.position_ids is not None:
+            feeds[layout.position_ids] = np.arange(past_length, total, dtype=np.int64)[None, :]
+        return feeds
+
+    def _empty_cache(self) -> np.ndarray:
+        import numpy as np
+
+        return np.zeros((1, self.layout.kv_heads, 0, self.layout.head_size), dtype=self.layout.cache_dtype)
+
+    def _run(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+        from targets.onnxruntime.session import runtime_errors
+
+        try:
+            return list(self._live().run(names, feeds))
+        except runtime_errors() as error:
+            raise KilnError(f"onnxruntime failed to run the decoder: {type(error).__name__}: {error}") from error
+
+    # -- the SDK -------------------------------------------------------------------------------
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        import numpy as np
+
+        if not ids:
+            raise KilnError("logits of an empty sequence")
+        feeds = self._step_feeds(ids, 0)
+        for name in self.layout.pasts:
+            feeds[name] = self._empty_cache()
+        (logits,) = self._run(feeds, [self.layout.logits])
+        return np.asarray(logits[0], dtype=np.float32)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        if not prompt:
+            raise KilnError("generation needs a prompt of at least one token")
+        if max_new_tokens < 1:
+            raise KilnError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        length = len(prompt) + max_new_tokens
+        if length > self.layout.context_length:
+            raise KilnError(
+                f"a prompt of {len(prompt)} tokens plus {max_new_tokens} new ones is longer than the model's context ({self.layout.context_length})"
+            )
+        self.host_bytes = 0
+        if not self.bound:
+            return self._naive(list(prompt), max_new_tokens)
+        return self._bound(list(prompt), max_new_tokens, length)
+
+    def _naive(self, prompt: list[int], n: int) -> Generation:
+        import numpy as np
+
+        layout = self.layout
+        cache = {name: self._empty_cache() for name in layout.pasts}
+        names = [layout.logits, *layout.presents]
+        tokens: list[int] = []
+        times: list[float] = []
+        ids, past = prompt, 0
+        for _ in range(n):
+            start = time.perf_counter()
+            feeds = self._step_feeds(ids, past)
+            feeds.update(cache)
+            logits, *presents = self._run(feeds, names)
+            token = int(np.argmax(logits[0, -1]))
+            cache = dict(zip(layout.pasts, presents, strict=True))
+            times.append(time.perf_counter() - start)
+            self.host_bytes += logits.nbytes + sum(array.nbytes for array in presents)
+            tokens.append(token)
+            past += len(ids)
+            ids = [token]
+        return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def _bound(self, prompt: list[int], n: int, length: int) -> Generation:
+        import numpy as np
+        import onnxruntime
+
+        from targets.onnxruntime.session import runtime_errors
+
+        layout, session = self.layout, self._live()
+        device, device_id = self.device, self.device_id
+        shape = (1, layout.kv_heads, length if layout.share_buffer else 0, layout.head_size)
+        cache = {
+            name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
+            for name in layout.pasts
+        }
+        logits_dtype = np.dtype(self._spec(layout.logits).dtype)
+        #: the single-position logits every decode step writes into (allocated after the prefill)
+        last_logits: Any = None
+        #: the previous step's binding, kept alive while its present outputs are bound as past
+        previous: Any = None
+        tokens: list[int] = []
+        times: list[float] = []
+        ids, past = prompt, 0
+        for _ in range(n):
+            start = time.perf_counter()
+            binding = session.io_binding()
+            for name, array in self._step_feeds(ids, past).items():
+                binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, device, device_id))
+            for name, value in cache.items():
+                binding.bind_ortvalue_input(name, value)
+            if last_logits is None:  # the prefill: all positions' logits, allocated by onnxruntime
+                binding.bind_output(layout.logits, device, device_id)
+            else:
+                binding.bind_ortvalue_output(layout.logits, last_logits)
+            if layout.share_buffer:  # present is past: the kernel writes the new positions in place
+                for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
+                    binding.bind_ortvalue_output(present_name, cache[past_name])
+            else:
+                for name in layout.presents:
+                    binding.bind_output(name, device, device_id)
+            try:
+                session.run_with_iobinding(binding)
+            except runtime_errors() as error:
+                raise KilnError(f"onnxruntime failed to run the decoder with I/O binding: {type(error).__name__}: {error}") from error
+            # outputs in the order they were bound: logits first, then the presents
+            outputs = binding.get_outputs()
+            host = outputs[0].numpy()  # the only copy to the host: the logits
+            token = int(np.argmax(host[0, -1]))
+            if not layout.share_buffer:
+                cache = dict(zip(layout.pasts, [outputs[1 + i] for i in range(len(layout.presents))], strict=True))
+                previous = binding
+            if last_logits is None:
+                last_logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, host.shape[-1]), logits_dtype, device, device_id)
+            times.append(time.perf_counter() - start)
+            self.host_bytes += host.nbytes
+            tokens.append(token)
+            past += len(ids)
+            ids = [token]
+        del previous
+        #: the cache of the last generation, as the loop left it (OrtValues on the session's device)
+        self.last_cache = cache
+        return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def _spec(self, name: str) -> TensorSpec:
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        raise KilnError(f"the decoder has no output {name!r}; it has {', '.join(spec.name for spec in self.outputs)}")
+
+    def close(self) -> None:
+        self._session = None
+        self.last_cache = {}

@@ -1,0 +1,118 @@
+"""Kiln's own decode loop on the onnxruntime target (genai decoder folders, see conftest): the
+bound loop (cache kept in OrtValues, shared past/present buffer or presents fed back as past) and
+the naive host loop reproduce PyTorch's greedy continuation; only logits reach the host in the
+bound loop."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from genai_models import NEW_TOKENS, PROMPT, TinyGenai
+
+from engine.core.errors import KilnError
+from targets.genai import GenaiTarget
+from targets.onnxruntime import OnnxRuntimeTarget
+from targets.onnxruntime.decoder import DecoderSession
+
+VOCAB = 320
+
+
+def ort(**options: object) -> OnnxRuntimeTarget:
+    return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="c", runtime="onnxruntime", **options))  # type: ignore[arg-type]
+
+
+def open_decoder(model, **options: object) -> DecoderSession:  # type: ignore[no-untyped-def]
+    session = ort(**options).open_session(model)
+    assert isinstance(session, DecoderSession)
+    return session
+
+
+@pytest.mark.parametrize("io_binding", [None, True, False])
+@pytest.mark.parametrize("model", ["fp32", "unshared"])
+def test_both_loops_reproduce_the_pytorch_greedy_continuation(tiny_genai: TinyGenai, model: str, io_binding: bool | None) -> None:
+    session = open_decoder(getattr(tiny_genai, model), io_binding=io_binding)
+    generation = session.generate(PROMPT, NEW_TOKENS)
+    assert generation.tokens == tiny_genai.greedy
+    assert len(generation.decode_s) == NEW_TOKENS - 1
+    assert generation.decode_tokens_per_s * sum(generation.decode_s) == pytest.approx(len(generation.decode_s))
+    assert session.details["decode_loop"] == ("naive" if io_binding is False else "bound")
+    assert session.details["io_binding"] == ("off" if io_binding is False else "host")
+
+
+def test_the_bound_loop_keeps_the_cache_in_ortvalues_and_copies_only_logits(tiny_genai: TinyGenai) -> None:
+    import onnxruntime
+
+    shared = open_decoder(tiny_genai.fp32)
+    shared.generate(PROMPT, NEW_TOKENS)
+    assert shared.details["kv_cache"] == "shared past/present buffer"
+    # prefill: every prompt position's logits; then one position per token (float32)
+    logits_only = (len(PROMPT) + NEW_TOKENS - 1) * VOCAB * 4
+    assert shared.host_bytes == logits_only
+    # one buffer of the full length per layer's key and value, written in place
+    assert len(shared.last_cache) == 4
+    for value in shared.last_cache.values():
+        assert isinstance(value, onnxruntime.OrtValue)
+        assert value.shape() == [1, 2, len(PROMPT) + NEW_TOKENS, 16]
+
+    unshared = open_decoder(tiny_genai.unshared)
+    unshared.generate(PROMPT, NEW_TOKENS)
+    assert unshared.host_bytes == logits_only
+    for value in unshared.last_cache.values():  # the last step's presents, never copied to the host
+        assert isinstance(value, onnxruntime.OrtValue)
+        assert value.shape() == [1, 2, len(PROMPT) + NEW_TOKENS - 1, 16]
+
+    naive = open_decoder(tiny_genai.fp32, io_binding=False)
+    naive.generate(PROMPT, NEW_TOKENS)
+    assert naive.host_bytes > logits_only  # the whole cache, every token
+
+
+def test_logits_match_pytorch_and_genai(tiny_genai: TinyGenai) -> None:
+    logits = open_decoder(tiny_genai.fp32).logits(PROMPT)
+    assert logits.shape == (len(PROMPT), VOCAB) and logits.dtype == np.float32
+    np.testing.assert_allclose(logits, tiny_genai.torch_logits, atol=1e-4, rtol=1e-4)
+    genai = GenaiTarget(GenaiTarget.Config(id="g", runtime="onnxruntime-genai")).open_session(tiny_genai.fp32)
+    np.testing.assert_allclose(logits, genai.logits(PROMPT), atol=1e-5, rtol=1e-5)
+    # the SDK's plain run: logits per row, zero past each row's tokens
+    (batch,) = open_decoder(tiny_genai.fp32).run({"input_ids": np.array([PROMPT]), "attention_mask": np.ones((1, len(PROMPT)), np.int64)})
+    np.testing.assert_allclose(batch[0], logits, atol=1e-6)
+
+
+def test_an_int4_model_generates_as_genai_does(tiny_genai: TinyGenai) -> None:
+    tokens = open_decoder(tiny_genai.int4).generate(PROMPT, NEW_TOKENS).tokens
+    assert len(tokens) == NEW_TOKENS
+    genai = GenaiTarget(GenaiTarget.Config(id="g", runtime="onnxruntime-genai")).open_session(tiny_genai.int4)
+    assert tokens == genai.generate(PROMPT, NEW_TOKENS).tokens
+
+
+def test_generation_longer_than_the_context_is_refused(tiny_genai: TinyGenai) -> None:
+    with pytest.raises(KilnError, match="longer than the model's context"):
+        open_decoder(tiny_genai.fp32).generate(PROMPT, 1000)
+
+
+def _cuda() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers() and shutil.which("nvidia-smi") is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs onnxruntime's CUDA provider and an NVIDIA GPU")
+def test_on_cuda_the_cache_stays_on_the_gpu(tiny_genai: TinyGenai) -> None:
+    session = open_decoder(tiny_genai.fp32, device="cuda")
+    assert session.details["io_binding"] == "device"
+    assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
+    assert session.host_bytes == (len(PROMPT) + NEW_TOKENS - 1) * VOCAB * 4
+    assert all(value.device_name() == "cuda" for value in session.last_cache.values())
+
+
+def test_inference_settings_name_the_decode_loop(tiny_genai: TinyGenai) -> None:
+    target = ort()
+    session = target.open_session(tiny_genai.fp32)
+    settings = target.inference_settings(session.details)
+    assert settings["decode_loop"] == {"loop": "bound", "kv_cache": "shared past/present buffer"}
+    code = target.snippet(settings, str(tiny_genai.fp32.model_file))
+    assert "greedy decode loop" in code and "def run(feeds)" not in code
+    namespace: dict[str, object] = {}
+    exec(compile(code, "snippet", "exec"), namespace)  # opens the model as measured
