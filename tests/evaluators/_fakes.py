@@ -104,7 +104,10 @@ class BigramSession(GenerativeSession):
         self.closed = False
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
-        return self.table[np.asarray(ids, dtype=np.int64)]
+        index = np.asarray(ids, dtype=np.int64)
+        if index.size and (index.max() >= len(self.table) or index.min() < 0):
+            raise KilnError(f"token id {int(index.max())} is outside the vocabulary of {len(self.table)}")
+        return self.table[index]
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
         self.generations += 1
