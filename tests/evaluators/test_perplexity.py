@@ -134,3 +134,23 @@ def test_errors_are_located(models, tmp_path: Path, make_model) -> None:
 
 def test_registered() -> None:
     assert load("evaluators", "perplexity") is Perplexity
+
+
+def test_rows_from_text_lines_with_a_decoder_tokenizer(tmp_path: Path) -> None:
+    """The data path a workflow takes: text_lines tokenized with a decoder's tokenizer (no pad token)."""
+    from decoders import tokenizer
+
+    from evaluators.data.text_lines import TextLines
+
+    tok = tokenizer()
+    tok.save_pretrained(str(tmp_path / "tok"))
+    (tmp_path / "text.txt").write_text("Beautiful is better than ugly.\nSimple is better than complex.\nFlat\n", encoding="utf-8")
+    data = TextLines(TextLines.Config(source="text_lines", path=str(tmp_path / "text.txt"), tokenizer=str(tmp_path / "tok"))).load(None)
+    table = np.random.default_rng(3).standard_normal((len(tok), len(tok))).astype(np.float32)
+    model = bigram_model(tmp_path / "model", table)
+    ctx, _ = context(tmp_path, None, data)
+    result = perplexity().evaluate(model, ctx)
+    rows = [tok(line)["input_ids"] for line in ("Beautiful is better than ugly.", "Simple is better than complex.", "Flat")]
+    assert result.values["tokens"] == sum(len(row) - 1 for row in rows)
+    expected = np.concatenate(expected_nll(table, rows))
+    assert result.values["nll_mean"] == pytest.approx(expected.mean(), rel=1e-6)
