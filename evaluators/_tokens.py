@@ -97,6 +97,8 @@ def generate(session: GenerativeSession, prompt: Sequence[int], max_new_tokens: 
             f"the {role}'s session returned {len(out.tokens)} tokens and {len(out.decode_s)} decode times for "
             f"max_new_tokens={max_new_tokens} (expected {max_new_tokens} and {max_new_tokens - 1})"
         )
+    if not out.prefill_s > 0 or not all(step > 0 for step in out.decode_s):
+        raise EvaluationError(f"the {role}'s session reported a generation step that took no time: its timings cannot be used")
     return out
 
 

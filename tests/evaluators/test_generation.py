@@ -148,6 +148,13 @@ def test_errors_are_located(models, tmp_path: Path, make_model, monkeypatch: pyt
     with pytest.raises(EvaluationError, match="returned 1 tokens and 0 decode times for max_new_tokens=4"):
         generation().evaluate(models["same"], ctx)
 
+    def timeless(self: BigramSession, prompt: list[int], max_new_tokens: int) -> Generation:
+        return Generation([1] * max_new_tokens, 0.001, [0.0] * (max_new_tokens - 1))
+
+    monkeypatch.setattr(BigramSession, "generate", timeless)
+    with pytest.raises(EvaluationError, match="reported a generation step that took no time"):
+        generation().evaluate(models["same"], ctx)
+
 
 def test_memory_runs_generations_of_a_decoder(models, tmp_path: Path) -> None:
     ctx, target = context(tmp_path, models["reference"], rows_dataset())
