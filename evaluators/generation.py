@@ -9,8 +9,8 @@ As in the latency evaluator (whose clock, ``evaluators._rounds``, is reused), th
 the reference are opened side by side and timed in interleaved rounds, their order alternating,
 over several fresh pairs of sessions, with the machine watched: a round taken while other processes
 keep it busy is thrown away and taken again once it is quiet. A round is one prompt (the rounds
-cycle through them): each model generates from it ``runs_per_round`` times. Per round, and so on
-the same prompt:
+cycle through them): each model generates from it ``runs_per_round`` times, after one untimed
+generation that wakes its threads (as latency's rounds do). Per round, and so on the same prompt:
 
 - ``decode_speedup``: the candidate's decode rate over the reference's (decode tokens / decode
   seconds of the round's generations);
@@ -189,6 +189,7 @@ class GenerationEvaluator(Evaluator):
         outputs: list[dict[int, list[int]]] = [{}, {}]  # per arm: prompt index -> continuation
         unstable: set[int] = set()
         session_details: dict[str, Any] = {}
+        reference_details: dict[str, Any] = {}
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
             opened: list[GenerativeSession] = []
@@ -203,6 +204,7 @@ class GenerationEvaluator(Evaluator):
                     assert ctx.reference is not None
                     reference = open_generative(ctx, ctx.reference, "reference", self.name, target=ctx.reference_on)
                     opened.append(reference)
+                    reference_details = dict(reference.details)
                     arms.insert(0, GenerationArm("reference", reference, prompts, cfg.max_new_tokens, start))
                 for arm in arms:
                     arm.warm_up(cfg.warmup)
@@ -221,20 +223,22 @@ class GenerationEvaluator(Evaluator):
                     session.close()
             if done:
                 break
-        return self._result(rounds, outputs[: rounds.arms], sorted(unstable), session_details, ctx, [len(p) for p in prompts])
+        sessions = (session_details, reference_details)
+        return self._result(rounds, outputs[: rounds.arms], sorted(unstable), sessions, ctx, [len(p) for p in prompts])
 
     def _result(
         self,
         rounds: Rounds,
         outputs: list[dict[int, list[int]]],
         unstable: list[int],
-        session: dict[str, Any],
+        sessions: tuple[dict[str, Any], dict[str, Any]],
         ctx: EvalContext,
         prompt_lengths: list[int],
     ) -> MetricResult:
         import numpy as np
 
         cfg = self.config
+        session, reference_session = sessions
         compared = rounds.arms == 2
         blocks = [r.block for r in rounds.kept]
         per_arm = [[g for r in rounds.kept for g in _generations(r.times_ns[i])] for i in range(rounds.arms)]
@@ -302,7 +306,7 @@ class GenerationEvaluator(Evaluator):
                 "interval_half_width": interval.half_width / interval.estimate,
                 "greedy_matched_prompts": int(sum(matched)),
                 "greedy_compared_prompts": len(matched),
-                "reference": {"ttft_ms": ref.ttft_ms, "e2e_ms": ref.e2e_ms, **ref.totals()},
+                "reference": {"ttft_ms": ref.ttft_ms, "e2e_ms": ref.e2e_ms, **ref.totals(), "session": reference_session},
                 "reference_target": ctx.reference_on.id,
             }
         else:
