@@ -43,6 +43,9 @@ BUILTIN: dict[str, dict[str, str]] = {
         "size": "evaluators.size:Size",
         "memory": "evaluators.memory:Memory",
         "custom": "evaluators.custom:Custom",
+        "generation": "evaluators.generation:GenerationEvaluator",
+        "perplexity": "evaluators.perplexity:Perplexity",
+        "logit_fidelity": "evaluators.logit_fidelity:LogitFidelity",
     },
     "targets": {
         "onnxruntime": "targets.onnxruntime:OnnxRuntimeTarget",

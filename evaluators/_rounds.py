@@ -5,9 +5,9 @@ enough (``Rounds``). numpy is imported inside functions."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from engine.core.target import Session
-    from evaluators.latency import Latency
 
 #: the shortest stretch whose load is judged on its own (the kernel's CPU counters tick every 10 ms)
 LOAD_WINDOW_S = 0.1
@@ -27,6 +26,41 @@ LOAD_WINDOW_S = 0.1
 #: to sleep, and one untimed run then wakes the next arm's threads, so each arm is timed in the
 #: steady state it would have alone
 SETTLE_S = 0.01
+
+
+class RoundsConfig(Protocol):
+    """The options ``Rounds`` reads (latency's config; the generation evaluator's)."""
+
+    @property
+    def runs(self) -> int: ...
+    @property
+    def min_time_s(self) -> float: ...
+    @property
+    def runs_per_round(self) -> int: ...
+    @property
+    def sessions(self) -> int: ...
+    @property
+    def min_rounds(self) -> int: ...
+    @property
+    def max_rounds(self) -> int: ...
+    @property
+    def precision(self) -> float: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def max_time_s(self) -> float: ...
+    @property
+    def busy_cores(self) -> float: ...
+    @property
+    def quiet_wait_s(self) -> float: ...
+
+
+class Timed(Protocol):
+    """What a round times: ``warm_up`` untimed, then ``time`` giving one duration (ns) per run."""
+
+    def warm_up(self, runs: int) -> None: ...
+
+    def time(self, runs: int) -> list[int]: ...
 
 
 @dataclass
@@ -87,7 +121,7 @@ class Rounds:
     """The interleaved rounds, block by block (a block: one pair of sessions), and the rules
     that decide when they are enough."""
 
-    def __init__(self, cfg: Latency.Config, arms: int) -> None:
+    def __init__(self, cfg: RoundsConfig, arms: int) -> None:
         self.cfg = cfg
         self.arms = arms
         self.kept: list[Round] = []
@@ -105,7 +139,7 @@ class Rounds:
     def per_block(self) -> int:
         return max(2, -(-self.cfg.min_rounds // self.cfg.sessions))
 
-    def block(self, arms: list[Arm]) -> None:
+    def block(self, arms: Sequence[Timed]) -> None:
         """Take ``per_block`` rounds on these sessions; a busy round is thrown away and taken
         again once the machine is quiet, until the quiet budget is spent."""
         taken = 0
@@ -123,7 +157,7 @@ class Rounds:
             taken += 1
         self.blocks += 1
 
-    def _take(self, arms: list[Arm], index: int) -> Round:
+    def _take(self, arms: Sequence[Timed], index: int) -> Round:
         """One round: every arm times ``runs_per_round`` runs, in an order that alternates
         between rounds (A B, B A, ...) so a trend within a round favours neither."""
         order = list(range(len(arms)))

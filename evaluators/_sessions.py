@@ -147,9 +147,9 @@ class FeedConfig(EvaluatorConfig):
     )
 
 
-class ComparedTimingConfig(FeedConfig):
+class ComparisonRules(EvaluatorConfig):
     """Options every timing evaluator that compares a candidate with its reference shares (latency
-    in rounds, throughput in windows): when to stop, how sure to be, and the noise guard."""
+    in rounds, throughput in windows, generation): when to stop, how sure to be, and the noise guard."""
 
     precision: float = Field(
         default=0.05,
@@ -176,6 +176,10 @@ class ComparedTimingConfig(FeedConfig):
         le=86_400,
         description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy measurements are kept and flagged.",
     )
+
+
+class ComparedTimingConfig(ComparisonRules, FeedConfig):
+    """The options of the timing evaluators that feed one batch (latency, throughput) and compare."""
 
 
 def dataset_batch(ctx: EvalContext, cfg: FeedConfig) -> dict[str, np.ndarray] | None:

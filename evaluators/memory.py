@@ -20,7 +20,9 @@ from pydantic import Field
 
 from engine.core.errors import MissingDependency
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult
+from engine.core.target import GenerativeSession
 from evaluators._sessions import RUN_ERRORS, FeedConfig, dataset_batch, feeds_for, io_binding, open_session, prepare_run, run_failed
+from evaluators._tokens import generate, prompt_rows
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MIB = 2**20
+#: tokens a decoder generates per prompt and run when ``max_new_tokens`` is not set
+DEFAULT_NEW_TOKENS = 32
 
 
 def max_rss_bytes() -> int | None:
@@ -104,7 +108,11 @@ class Memory(Evaluator):
     (2**20 bytes); deltas are never below 0. Run in a fresh worker process per job, as the engine
     does: the kernel's high-water mark then belongs to this job alone. The runs are the session's
     prepared runs (``Session.prepare``, as the latency evaluator times them): where the target
-    binds inputs and outputs on its device, what that binding holds is part of the run peak."""
+    binds inputs and outputs on its device, what that binding holds is part of the run peak.
+    A decoder opened as a generative session (``genai`` format) is run as it is used: each run is
+    a greedy generation of ``max_new_tokens`` tokens from every row of the batch (the tokens where
+    ``attention_mask`` is 1), so the run peak includes the key/value cache at its longest. Only
+    the model measured is loaded: the reference is never opened here."""
 
     name = "memory"
     summary = "Peak resident memory while a model loads and runs, and the memory added by loading it and by running it (MiB)."
@@ -117,8 +125,28 @@ class Memory(Evaluator):
         sample_interval_ms: float = Field(
             default=2.0, gt=0.0, le=1000.0, description="How often the RSS is sampled while loading and running."
         )
+        max_new_tokens: int | None = Field(
+            default=None,
+            ge=2,
+            le=1_000_000,
+            description=(
+                "For a decoder (genai format, opened as a generative session): each run is a greedy generation of this many "
+                f"tokens from every row of the batch, so the run peak holds the key/value cache at its longest. Omit for {DEFAULT_NEW_TOKENS}."
+            ),
+        )
+
+        def to_json(self) -> dict[str, Any]:
+            """As the base's; ``max_new_tokens`` appears only when set, so configs without it keep their keys."""
+            data = super().to_json()
+            if data.get("max_new_tokens") is None:
+                data.pop("max_new_tokens", None)
+            return data
 
     config: Config
+
+    @property
+    def new_tokens(self) -> int:
+        return self.config.max_new_tokens if self.config.max_new_tokens is not None else DEFAULT_NEW_TOKENS
 
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
         cfg = self.config
@@ -133,13 +161,22 @@ class Memory(Evaluator):
                 maxrss_loaded = max_rss_bytes()
                 after_load = sampler.reset()
                 feeds = feeds_for(session, cfg, batch)
-                call = prepare_run(session, feeds)
-                try:
+                generating = isinstance(session, GenerativeSession)
+                if generating:
+                    assert isinstance(session, GenerativeSession)
+                    prompts = prompt_rows(feeds)
                     for _ in range(cfg.runs):
-                        call()
+                        for prompt in prompts:
+                            generate(session, prompt, self.new_tokens, "model")
                     session.synchronize()
-                except RUN_ERRORS as error:
-                    raise run_failed(feeds, "model", error) from error
+                else:
+                    call = prepare_run(session, feeds)
+                    try:
+                        for _ in range(cfg.runs):
+                            call()
+                        session.synchronize()
+                    except RUN_ERRORS as error:
+                        raise run_failed(feeds, "model", error) from error
                 run_sampled = sampler.peak()
                 maxrss_end = max_rss_bytes()
             finally:
@@ -172,5 +209,7 @@ class Memory(Evaluator):
             "io_binding": io_binding(session),
             "target": ctx.target.id,
         }
+        if generating:
+            details["generation"] = {"max_new_tokens": self.new_tokens, "prompts": len(prompts), "sampling": "greedy"}
         logger.debug("memory of %s: peak %.1f MiB, load +%.1f MiB", model.digest[:12], values["peak_rss_mb"], values["load_delta_mb"])
         return MetricResult(values=values, details=details)

@@ -17,6 +17,8 @@ Statistic = Literal["mean", "median"]
 STATISTICS: tuple[Statistic, ...] = ("mean", "median")
 #: bootstrap resamples: enough that the 2.5% / 97.5% quantiles move by well under the interval's width
 RESAMPLES = 4000
+#: values a clustered bootstrap draws at once (bounds its memory: about 40 bytes each)
+CHUNK_VALUES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,19 @@ def _clustered(array: Any, groups: Any, statistic: Statistic, rng: Any) -> Any:
     for row, member in enumerate(members):
         table[row, : len(member)] = member
     chosen = rng.integers(0, len(members), size=(RESAMPLES, len(members)))
-    picks = (rng.random((RESAMPLES, len(members), width)) * sizes[chosen][..., None]).astype(np.int64)
-    index = np.take_along_axis(table[chosen], picks, axis=2)
-    keep = np.arange(width)[None, None, :] < sizes[chosen][..., None]
-    drawn = np.where(keep, array[index], np.nan).reshape(RESAMPLES, -1)
-    return np.nanmean(drawn, axis=1) if statistic == "mean" else np.nanmedian(drawn, axis=1)
+    # resamples in chunks of at most CHUNK_VALUES drawn values, so many samples (the tokens of a
+    # perplexity) stay within memory; the generator fills arrays in C order, so drawing the picks
+    # chunk by chunk gives exactly the numbers one draw of all of them gives
+    step = max(1, CHUNK_VALUES // (len(members) * width))
+    stats = []
+    for start in range(0, RESAMPLES, step):
+        part = chosen[start : start + step]
+        picks = (rng.random((len(part), len(members), width)) * sizes[part][..., None]).astype(np.int64)
+        index = np.take_along_axis(table[part], picks, axis=2)
+        keep = np.arange(width)[None, None, :] < sizes[part][..., None]
+        drawn = np.where(keep, array[index], np.nan).reshape(len(part), -1)
+        stats.append(np.nanmean(drawn, axis=1) if statistic == "mean" else np.nanmedian(drawn, axis=1))
+    return np.concatenate(stats)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, seed: int = 0) -> Interval:

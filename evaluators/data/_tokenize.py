@@ -117,6 +117,20 @@ def tokenize(
 
     folder = tokenizer_folder(source, cfg.tokenizer, input_model)
     tokenizer = load_tokenizer(source, folder)
+    padded_with = None
+    if tokenizer.pad_token is None:
+        # a decoder's tokenizer often has none: pad with its end-of-sequence token, which the
+        # attention mask marks as padding (what a generation or perplexity evaluator reads)
+        padded_with = tokenizer.eos_token or tokenizer.unk_token
+        if padded_with is None:
+            raise source_error(
+                source,
+                "tokenizer",
+                "the tokenizer has no padding token, nor an end-of-sequence or unknown token to pad with",
+                given=str(folder),
+                hint="use a tokenizer that defines pad_token",
+            )
+        tokenizer.pad_token = padded_with
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False, padding=False)["input_ids"]]
     too_long = [index for index, length in enumerate(lengths) if length > cfg.max_length]
     if too_long and not cfg.truncation and cfg.padding == "max_length":
@@ -143,4 +157,6 @@ def tokenize(
         "max_length": cfg.max_length,
         "truncated_samples": len(too_long) if cfg.truncation else 0,
     }
+    if padded_with is not None:
+        meta["padded_with"] = padded_with
     return inputs, meta

@@ -77,3 +77,14 @@ def test_a_clustered_interval_covers_the_spread_between_groups() -> None:
 def test_group_labels_must_match_the_values() -> None:
     with pytest.raises(ValueError, match="group labels"):
         bootstrap([1.0, 2.0], groups=[0])
+
+
+def test_the_clustered_bootstrap_gives_the_same_interval_whatever_its_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.core import stats
+
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal(300).tolist()
+    groups = sorted(rng.integers(0, 12, 300).tolist())
+    whole = [stats.bootstrap(values, statistic, 0.9, 0, groups) for statistic in ("mean", "median")]
+    monkeypatch.setattr(stats, "CHUNK_VALUES", 1000)  # a few resamples per chunk
+    assert [stats.bootstrap(values, statistic, 0.9, 0, groups) for statistic in ("mean", "median")] == whole

@@ -17,6 +17,7 @@ def imported(modules: list[str], watched: tuple[str, ...]) -> list[str]:
 
 def test_the_evaluators_import_neither_runtimes_nor_numpy() -> None:
     modules = ["evaluators.accuracy", "evaluators.size", "evaluators.memory", "evaluators.custom", "evaluators.throughput"]
+    modules += ["evaluators.generation", "evaluators.perplexity", "evaluators.logit_fidelity"]
     assert imported(modules, (*HEAVY, "numpy")) == []
 
 

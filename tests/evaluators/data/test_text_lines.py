@@ -143,3 +143,18 @@ def test_config_rejects_unknown_padding_and_keys(text_file: Path) -> None:
     with pytest.raises(pydantic.ValidationError):
         text_lines(text_file, lowercase=True)
     assert sorted(references(TextLines.Config)[RefKind.FILE]) == ["path", "tokenizer"]
+
+
+def test_a_decoder_tokenizer_without_a_pad_token_pads_with_its_end_of_sequence(text_file: Path, tmp_path: Path) -> None:
+    from decoders import tokenizer
+
+    folder = tmp_path / "decoder-tokenizer"
+    tok = tokenizer()
+    assert tok.pad_token is None
+    tok.save_pretrained(str(folder))
+    data = text_lines(text_file, tokenizer=str(folder), padding="longest").load(None)
+    mask, ids = data.inputs["attention_mask"], data.inputs["input_ids"]
+    assert data.meta["padded_with"] == "<|endoftext|>"
+    assert mask[0].sum() < mask.shape[1]  # the short line is padded, and the mask says where
+    assert (ids[mask == 0] == tok.eos_token_id).all()
+    assert ids[0][mask[0] == 1].tolist() == tok("the cat sat")["input_ids"]

@@ -1,0 +1,362 @@
+"""Generation: what a user of a decoder feels (time to first token, decode tokens per second,
+end-to-end time for a prompt and an output length), measured as a comparison with the reference.
+
+Prompts are the token rows of a dataset (``input_ids`` where ``attention_mask`` is 1; a text
+source tokenized with the model's tokenizer). Generation is greedy (``GenerativeSession.generate``)
+and makes exactly ``max_new_tokens`` tokens, so runs repeat and both models do the same work.
+
+As in the latency evaluator (whose clock, ``evaluators._rounds``, is reused), the candidate and
+the reference are opened side by side and timed in interleaved rounds, their order alternating,
+over several fresh pairs of sessions, with the machine watched: a round taken while other processes
+keep it busy is thrown away and taken again once it is quiet. A round is one prompt (the rounds
+cycle through them): each model generates from it ``runs_per_round`` times, after one untimed
+generation that wakes its threads (as latency's rounds do). Per round, and so on the same prompt:
+
+- ``decode_speedup``: the candidate's decode rate over the reference's (decode tokens / decode
+  seconds of the round's generations);
+- ``ttft_speedup``: the reference's median time to first token over the candidate's;
+- ``e2e_speedup``: the reference's median end-to-end time over the candidate's (what the stopping
+  rule's interval, ``precision``, is computed on).
+
+Their medians over rounds are the metrics, with the per-round samples grouped by pair of sessions
+(a clustered bootstrap, as latency's speedup). The candidate's own figures come from all its timed
+generations: ``ttft_ms`` and ``e2e_ms`` are medians per generation; ``decode_tokens_per_s`` is decode
+tokens over decode seconds and ``tokens_per_s`` new tokens over end-to-end seconds, both summed
+over the generations, so ``decode_tokens_per_s * decode_s = decode_tokens`` (the details hold
+both). ``greedy_match`` is the fraction of prompts on which the candidate's continuation equals
+the reference's token for token. The reference itself is timed alone: its speedups are 1 and its
+match is 1 by definition.
+
+numpy is imported inside functions: the engine imports this module at validate time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, model_validator
+
+from engine.core.errors import EvaluationError
+from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
+from engine.core.refs import DatasetRef
+from engine.core.stats import bootstrap
+from evaluators._rounds import Rounds
+from evaluators._sessions import ComparisonRules
+from evaluators._tokens import generate, open_generative, token_rows
+
+if TYPE_CHECKING:
+    from engine.core.artifact import ModelArtifact
+    from engine.core.target import Generation, GenerativeSession
+
+logger = logging.getLogger(__name__)
+
+
+class Timings(list[int]):
+    """A round's end-to-end times (ns), one per generation, with the generations they came from
+    (what ``Rounds`` keeps per arm and round, so the kept rounds' generations can be read back)."""
+
+    def __init__(self, generations: list[Generation]) -> None:
+        super().__init__(round(g.total_s * 1e9) for g in generations)
+        self.generations = generations
+
+
+class GenerationArm:
+    """One model under the clock: generations from the prompts, in the rounds' order (round k
+    uses prompt k modulo the number of prompts, for both models). The continuation of each prompt
+    is kept, and a prompt that generates differently twice is noted."""
+
+    def __init__(self, role: str, session: GenerativeSession, prompts: list[list[int]], max_new_tokens: int, first_round: int) -> None:
+        self.role, self.session, self.prompts, self.max_new_tokens = role, session, prompts, max_new_tokens
+        self.next = first_round  # the index of the next round this arm times
+        self.outputs: dict[int, list[int]] = {}
+        self.unstable: set[int] = set()
+
+    def _generate(self, index: int) -> Generation:
+        index %= len(self.prompts)
+        out = generate(self.session, self.prompts[index], self.max_new_tokens, self.role)
+        seen = self.outputs.setdefault(index, out.tokens)
+        if seen != out.tokens:
+            self.unstable.add(index)
+        return out
+
+    def warm_up(self, runs: int) -> None:
+        """``runs`` untimed generations from the next round's prompts."""
+        for i in range(runs):
+            self._generate(self.next + i)
+        self.session.synchronize()
+
+    def time(self, runs: int) -> list[int]:
+        """The next round: ``runs`` generations from its prompt."""
+        self.session.synchronize()
+        generations = [self._generate(self.next) for _ in range(runs)]
+        self.next += 1
+        return Timings(generations)
+
+    def cover(self) -> None:
+        """One untimed generation from each prompt not yet generated (for ``greedy_match``)."""
+        for index in range(len(self.prompts)):
+            if index not in self.outputs:
+                self._generate(index)
+
+
+class GenerationEvaluator(Evaluator):
+    name = "generation"
+    summary = (
+        "Greedy generation from a dataset's prompts: time to first token, decode tokens per second and end-to-end time, "
+        "timed against the reference in interleaved rounds (speedups with confidence intervals), and whether the "
+        "candidate's continuations match the reference's."
+    )
+    version = "1"
+    timing = True
+    needs_reference = True
+    metrics = (
+        "ttft_ms",
+        "decode_tokens_per_s",
+        "e2e_ms",
+        "tokens_per_s",
+        "new_tokens",
+        "decode_speedup",
+        "decode_speedup_low",
+        "decode_speedup_high",
+        "ttft_speedup",
+        "e2e_speedup",
+        "reference_ttft_ms",
+        "reference_decode_tokens_per_s",
+        "greedy_match",
+        "rounds",
+        "others_cores",
+    )
+    paired_metrics = {
+        "decode_tokens_per_s": "decode_speedup",
+        "ttft_ms": "ttft_speedup",
+        "e2e_ms": "e2e_speedup",
+        "tokens_per_s": "e2e_speedup",
+    }
+
+    class Config(ComparisonRules):
+        data: DatasetRef = Field(
+            description="A dataset of prompts (input_ids + attention_mask), e.g. text_lines with the model's tokenizer."
+        )
+        limit: int | None = Field(
+            default=8, ge=1, description="Use the first N rows as prompts (null: every row); the rounds cycle through them."
+        )
+        max_new_tokens: int = Field(
+            default=32,
+            ge=2,
+            le=1_000_000,
+            description="Tokens each generation makes (at least 2: the first is the prefill's, the rest are decoded).",
+        )
+        warmup: int = Field(default=2, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
+        runs_per_round: int = Field(
+            default=2, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
+        )
+        sessions: int = Field(default=2, ge=1, le=1000, description="Fresh pairs of sessions the rounds are spread over (at least).")
+        min_rounds: int = Field(
+            default=8, ge=2, le=100_000, description="Rounds to take at least (each round times both models on one prompt)."
+        )
+        max_rounds: int = Field(
+            default=60, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
+        )
+
+        @property
+        def runs(self) -> int:
+            """What ``Rounds`` asks of the candidate's timed runs besides the rounds: nothing more."""
+            return 1
+
+        @property
+        def min_time_s(self) -> float:
+            return 0.0
+
+        @model_validator(mode="after")
+        def _rounds_order(self) -> GenerationEvaluator.Config:
+            if self.max_rounds < self.min_rounds:
+                raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+            return self
+
+    config: Config
+
+    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+        cfg = self.config
+        prompts = token_rows(ctx, cfg.data, cfg.limit, self.name)
+        empty = [index for index, prompt in enumerate(prompts) if not prompt]
+        if empty:
+            raise EvaluationError(
+                f"dataset '{cfg.data}' has row(s) without tokens ({', '.join(map(str, empty[:5]))}): a prompt needs one at least"
+            )
+        compared = ctx.reference is not None
+        rounds = Rounds(cfg, arms=2 if compared else 1)
+        outputs: list[dict[int, list[int]]] = [{}, {}]  # per arm: prompt index -> continuation
+        unstable: set[int] = set()
+        session_details: dict[str, Any] = {}
+        reference_details: dict[str, Any] = {}
+        while True:
+            # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
+            opened: list[GenerativeSession] = []
+            done = False
+            try:
+                start = len(rounds.kept) + rounds.discarded
+                candidate = open_generative(ctx, model, "candidate" if compared else "model", self.name)
+                opened.append(candidate)
+                session_details = dict(candidate.details)
+                arms = [GenerationArm("candidate" if compared else "model", candidate, prompts, cfg.max_new_tokens, start)]
+                if compared:
+                    assert ctx.reference is not None
+                    reference = open_generative(ctx, ctx.reference, "reference", self.name, target=ctx.reference_on)
+                    opened.append(reference)
+                    reference_details = dict(reference.details)
+                    arms.insert(0, GenerationArm("reference", reference, prompts, cfg.max_new_tokens, start))
+                for arm in arms:
+                    arm.warm_up(cfg.warmup)
+                rounds.block(arms)
+                done = rounds.enough()
+                if done and compared:
+                    for arm in arms:
+                        arm.cover()
+                for i, arm in enumerate(arms):
+                    for index, tokens in arm.outputs.items():
+                        if outputs[i].setdefault(index, tokens) != tokens:
+                            unstable.add(index)
+                    unstable |= arm.unstable
+            finally:
+                for session in opened:
+                    session.close()
+            if done:
+                break
+        sessions = (session_details, reference_details)
+        return self._result(rounds, outputs[: rounds.arms], sorted(unstable), sessions, ctx, [len(p) for p in prompts])
+
+    def _result(
+        self,
+        rounds: Rounds,
+        outputs: list[dict[int, list[int]]],
+        unstable: list[int],
+        sessions: tuple[dict[str, Any], dict[str, Any]],
+        ctx: EvalContext,
+        prompt_lengths: list[int],
+    ) -> MetricResult:
+        import numpy as np
+
+        cfg = self.config
+        session, reference_session = sessions
+        compared = rounds.arms == 2
+        blocks = [r.block for r in rounds.kept]
+        per_arm = [[g for r in rounds.kept for g in _generations(r.times_ns[i])] for i in range(rounds.arms)]
+        mine = _Figures(per_arm[-1])
+        values: dict[str, float] = {
+            "ttft_ms": mine.ttft_ms,
+            "decode_tokens_per_s": mine.decode_tokens_per_s,
+            "e2e_ms": mine.e2e_ms,
+            "tokens_per_s": mine.tokens_per_s,
+            "new_tokens": float(cfg.max_new_tokens),
+            "rounds": float(len(rounds.kept)),
+            "others_cores": rounds.mean_others(),
+        }
+        samples = {"ttft_ms": Samples("median", [_Figures(_generations(r.times_ns[-1])).ttft_ms for r in rounds.kept], blocks)}
+        details: dict[str, Any] = {
+            "method": "interleaved rounds against the reference" if compared else "rounds, alone",
+            "sampling": "greedy",
+            "prompts": len(prompt_lengths),
+            "prompt_tokens": {"min": min(prompt_lengths), "max": max(prompt_lengths), "mean": sum(prompt_lengths) / len(prompt_lengths)},
+            "max_new_tokens": cfg.max_new_tokens,
+            "generations": len(per_arm[-1]),
+            "warmup": cfg.warmup,
+            "runs_per_round": cfg.runs_per_round,
+            "sessions": rounds.blocks,
+            "rounds": len(rounds.kept),
+            "rounds_thrown_away": rounds.discarded,
+            "stopped_because": rounds.stop_reason,
+            "precision": cfg.precision,
+            "confidence": cfg.confidence,
+            "noise": rounds.noise(),
+            "data": cfg.data,
+            **mine.totals(),
+            "nondeterministic_prompts": unstable,
+            "session": session,
+            "target": ctx.target.id,
+        }
+        if compared:
+            ref = _Figures(per_arm[0])
+            decode = [
+                _Figures(_generations(r.times_ns[1])).decode_tokens_per_s / _Figures(_generations(r.times_ns[0])).decode_tokens_per_s
+                for r in rounds.kept
+            ]
+            ttft = [_Figures(_generations(r.times_ns[0])).ttft_ms / _Figures(_generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
+            e2e = rounds.ratios()
+            decode_interval = bootstrap(decode, "median", cfg.confidence, groups=blocks)
+            matched = [float(outputs[1][i] == outputs[0][i]) for i in sorted(outputs[0]) if i in outputs[1]]
+            values |= {
+                "decode_speedup": float(np.median(decode)),
+                "decode_speedup_low": decode_interval.low,
+                "decode_speedup_high": decode_interval.high,
+                "ttft_speedup": float(np.median(ttft)),
+                "e2e_speedup": float(np.median(e2e)),
+                "reference_ttft_ms": ref.ttft_ms,
+                "reference_decode_tokens_per_s": ref.decode_tokens_per_s,
+                "greedy_match": float(np.mean(matched)),
+            }
+            samples |= {
+                "decode_speedup": Samples("median", decode, blocks),
+                "ttft_speedup": Samples("median", ttft, blocks),
+                "e2e_speedup": Samples("median", e2e, blocks),
+                "greedy_match": Samples("mean", matched),
+            }
+            interval = rounds.interval()
+            details |= {
+                "interval_half_width": interval.half_width / interval.estimate,
+                "greedy_matched_prompts": int(sum(matched)),
+                "greedy_compared_prompts": len(matched),
+                "reference": {"ttft_ms": ref.ttft_ms, "e2e_ms": ref.e2e_ms, **ref.totals(), "session": reference_session},
+                "reference_target": ctx.reference_on.id,
+            }
+        else:
+            # the reference itself: its speedups and match are 1 by definition
+            values |= {
+                "decode_speedup": 1.0,
+                "decode_speedup_low": 1.0,
+                "decode_speedup_high": 1.0,
+                "ttft_speedup": 1.0,
+                "e2e_speedup": 1.0,
+                "reference_ttft_ms": mine.ttft_ms,
+                "reference_decode_tokens_per_s": mine.decode_tokens_per_s,
+                "greedy_match": 1.0,
+            }
+        logger.debug(
+            "generation on %s: ttft %.3f ms, decode %.1f tok/s, decode speedup %.3f over %d rounds",
+            ctx.target.id,
+            values["ttft_ms"],
+            values["decode_tokens_per_s"],
+            values["decode_speedup"],
+            len(rounds.kept),
+        )
+        return MetricResult(values=values, details=details, samples=samples)
+
+
+def _generations(times: list[int]) -> list[Generation]:
+    assert isinstance(times, Timings)
+    return times.generations
+
+
+class _Figures:
+    """The figures of a set of generations."""
+
+    def __init__(self, generations: list[Generation]) -> None:
+        import numpy as np
+
+        self.generations = generations
+        self.ttft_ms = float(np.median([g.prefill_s for g in generations])) * 1e3
+        self.e2e_ms = float(np.median([g.total_s for g in generations])) * 1e3
+        self.decode_tokens = sum(len(g.decode_s) for g in generations)
+        self.decode_s = sum(sum(g.decode_s) for g in generations)
+        self.new_tokens = sum(len(g.tokens) for g in generations)
+        self.total_s = sum(g.total_s for g in generations)
+        self.decode_tokens_per_s = self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+        self.tokens_per_s = self.new_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    def totals(self) -> dict[str, float]:
+        return {
+            "decode_tokens": self.decode_tokens,
+            "decode_s": self.decode_s,
+            "new_tokens_total": self.new_tokens,
+            "total_s": self.total_s,
+        }
