@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from genai_models import TinyGenai, build
 
 OV_EP_REQUIREMENTS = ["onnxruntime-openvino==1.24.1"]
 
@@ -27,3 +28,10 @@ def ov_ep_env(envs_dir: Path) -> Path:
 
     built = ensure(EnvironmentSpec(requirements=OV_EP_REQUIREMENTS), envs_dir)
     return Path(built.python)
+
+
+@pytest.fixture(scope="session")
+def tiny_genai(tmp_path_factory: pytest.TempPathFactory) -> TinyGenai:
+    """Tiny llama decoders exported by the GenAI model builder (fp32, int4, fp32 without a shared
+    past/present buffer), built once per test session (the target and evaluator tests share them)."""
+    return build(tmp_path_factory.mktemp("genai"))
