@@ -1,0 +1,37 @@
+"""Helpers for the decoder pass tests: run a pass on an artifact, and generate greedily with
+ONNX Runtime GenAI from a ``genai`` folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.core import ModelArtifact, PassContext, PassResult
+
+PROMPT = [5, 17, 42, 7, 99, 3]
+NEW_TOKENS = 8
+
+
+def run_pass(pass_cls: Any, model: ModelArtifact, root: Path, **config: Any) -> PassResult:
+    """Run ``pass_cls`` with ``config`` on ``model``, in ``root``/work -> ``root``/out."""
+    (root / "work").mkdir(parents=True, exist_ok=True)
+    ctx = PassContext(step_id=pass_cls.name, workdir=root / "work", output_dir=root / "out")
+    return pass_cls(pass_cls.Config(**config))(model, ctx)
+
+
+def og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+    """ONNX Runtime GenAI's greedy continuation of ``prompt`` (``new_tokens`` tokens, EOS ignored
+    with min_length)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    total = len(prompt) + new_tokens
+    params.set_search_options(max_length=total, min_length=total, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    out: list[int] = []
+    while not generator.is_done() and len(out) < new_tokens:
+        generator.generate_next_token()
+        out.append(int(generator.get_next_tokens()[0]))
+    return out

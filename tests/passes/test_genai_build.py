@@ -1,0 +1,81 @@
+"""genai_build on a tiny random Llama (tests/decoders.py): ONNX Runtime GenAI's model builder
+writes a genai folder that ONNX Runtime GenAI runs and that continues a prompt exactly as the
+PyTorch model does (fp32); int4 loads and generates. Both builds are made once per module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from decoders import greedy, tiny_decoder
+from genai_models import NEW_TOKENS, PROMPT, og_greedy, run_pass
+
+from engine.core import ModelArtifact, PassError, PassResult
+from passes.generate.genai_build import GenaiBuild
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
+    return ModelArtifact.from_folder("hf", tiny_decoder(tmp_path_factory.mktemp("llama"), "llama", hidden=128))
+
+
+@pytest.fixture(scope="module")
+def fp32(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> PassResult:
+    return run_pass(GenaiBuild, llama, tmp_path_factory.mktemp("fp32"))
+
+
+@pytest.fixture(scope="module")
+def int4(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> PassResult:
+    return run_pass(GenaiBuild, llama, tmp_path_factory.mktemp("int4"), precision="int4", block_size=32)
+
+
+def test_fp32_build_is_a_genai_folder_that_continues_like_pytorch(fp32: PassResult, llama: ModelArtifact) -> None:
+    folder = fp32.model.path
+    assert fp32.model.format == "genai"
+    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json", "model.onnx"} <= {p.name for p in folder.iterdir()}
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["filename"] == "model.onnx"
+    assert config["model"]["type"] == "llama"
+    assert og_greedy(folder, PROMPT, NEW_TOKENS) == greedy(llama.path, PROMPT, NEW_TOKENS)
+    assert fp32.details["precision"] == "fp32" and fp32.details["execution_provider"] == "cpu"
+    assert fp32.details["ops"]["GroupQueryAttention"] == 2
+    assert fp32.details["weights_bytes"] > 0
+
+
+def test_int4_build_quantizes_the_matmuls_and_generates(int4: PassResult, fp32: PassResult) -> None:
+    # every weight MatMul of the fp32 build (the builder fuses q/k/v) becomes a MatMulNBits
+    assert int4.details["ops"]["MatMulNBits"] == fp32.details["ops"]["MatMul"] == 11
+    assert "MatMul" not in int4.details["ops"]
+    # hidden 128: the MatMul weights dominate; the embedding table stays float32 (Gather not quantized)
+    assert int4.details["weights_bytes"] <= fp32.details["weights_bytes"] / 3.5
+    assert "block_size=32" in int4.details["extra_options"]
+    assert len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS)) == NEW_TOKENS
+
+
+def test_fp16_on_cpu_is_refused_before_building(llama: ModelArtifact, tmp_path: Path) -> None:
+    with pytest.raises(PassError, match="precision fp16 is not built for the cpu execution provider"):
+        run_pass(GenaiBuild, llama, tmp_path, precision="fp16")
+
+
+def test_execution_provider_comes_from_the_target() -> None:
+    cpu = {"runtime": "onnxruntime", "options": {"device": "cpu", "providers": ["CPUExecutionProvider"]}}
+    gpu = {"runtime": "onnxruntime", "options": {"device": "cuda", "providers": ["CUDAExecutionProvider"]}}
+    genai_gpu = {"runtime": "onnxruntime-genai", "options": {"device": "cuda"}}
+    assert GenaiBuild.target_facet({"execution_provider": None}, cpu) is None
+    assert GenaiBuild.target_facet({"execution_provider": None}, None) is None
+    assert GenaiBuild.target_facet({"execution_provider": None}, gpu) == {"execution_provider": "cuda"}
+    assert GenaiBuild.target_facet({"execution_provider": None}, genai_gpu) == {"execution_provider": "cuda"}
+    assert GenaiBuild.target_facet({"execution_provider": "cpu"}, gpu) is None
+    assert GenaiBuild.resolve_for_target({"execution_provider": None}, cpu)["execution_provider"] == "cpu"
+    assert GenaiBuild.resolve_for_target({"execution_provider": None}, gpu)["execution_provider"] == "cuda"
+    assert GenaiBuild.resolve_for_target({"execution_provider": "cpu"}, gpu)["execution_provider"] == "cpu"
+
+
+def test_nothing_is_printed(llama: ModelArtifact, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    capfd.readouterr()
+    with pytest.raises(PassError):
+        run_pass(GenaiBuild, llama, tmp_path, precision="bf16")
+    # the builder itself runs in a subprocess writing to builder.log (checked by the fixtures' runs)
+    captured = capfd.readouterr()
+    assert captured.out == ""
