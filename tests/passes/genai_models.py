@@ -20,14 +20,14 @@ def run_pass(pass_cls: Any, model: ModelArtifact, root: Path, **config: Any) -> 
 
 
 def og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
-    """ONNX Runtime GenAI's greedy continuation of ``prompt`` (``new_tokens`` tokens, EOS ignored
-    with min_length)."""
+    """ONNX Runtime GenAI's greedy continuation of ``prompt``: ``new_tokens`` tokens, or fewer when
+    it ends at EOS (compare with ``until_eos(greedy(...))``)."""
     import onnxruntime_genai as og
 
     model = og.Model(str(folder))
     params = og.GeneratorParams(model)
     total = len(prompt) + new_tokens
-    params.set_search_options(max_length=total, min_length=total, do_sample=False)
+    params.set_search_options(max_length=total, do_sample=False)
     generator = og.Generator(model, params)
     generator.append_tokens(prompt)
     out: list[int] = []
@@ -35,3 +35,8 @@ def og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
         generator.generate_next_token()
         out.append(int(generator.get_next_tokens()[0]))
     return out
+
+
+def until_eos(tokens: list[int], eos: int = 0) -> list[int]:
+    """``tokens`` up to and including the first EOS (tests/decoders.py's tokenizer: token 0)."""
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from decoders import greedy, tiny_decoder
-from genai_models import NEW_TOKENS, PROMPT, og_greedy, run_pass
+from genai_models import NEW_TOKENS, PROMPT, og_greedy, run_pass, until_eos
 
 from engine.core import ModelArtifact, PassError, PassResult
 from passes.generate.genai_build import GenaiBuild
@@ -37,7 +37,7 @@ def test_fp32_build_is_a_genai_folder_that_continues_like_pytorch(fp32: PassResu
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["model"]["decoder"]["filename"] == "model.onnx"
     assert config["model"]["type"] == "llama"
-    assert og_greedy(folder, PROMPT, NEW_TOKENS) == greedy(llama.path, PROMPT, NEW_TOKENS)
+    assert og_greedy(folder, PROMPT, NEW_TOKENS) == until_eos(greedy(llama.path, PROMPT, NEW_TOKENS))
     assert fp32.details["precision"] == "fp32" and fp32.details["execution_provider"] == "cpu"
     assert fp32.details["ops"]["GroupQueryAttention"] == 2
     assert fp32.details["weights_bytes"] > 0
@@ -50,7 +50,7 @@ def test_int4_build_quantizes_the_matmuls_and_generates(int4: PassResult, fp32: 
     # hidden 128: the MatMul weights dominate; the embedding table stays float32 (Gather not quantized)
     assert int4.details["weights_bytes"] <= fp32.details["weights_bytes"] / 3.5
     assert "block_size=32" in int4.details["extra_options"]
-    assert len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS)) == NEW_TOKENS
+    assert 1 <= len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS)) <= NEW_TOKENS  # fewer only when it reaches EOS
 
 
 def test_fp16_on_cpu_is_refused_before_building(llama: ModelArtifact, tmp_path: Path) -> None:
