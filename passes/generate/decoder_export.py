@@ -69,7 +69,9 @@ class DecoderExport(GenaiPass):
     class Config(PassConfig):
         opset: int = Field(17, ge=14, le=20, description="ONNX opset the TorchScript exporter writes (14 to 20).")
         check_parity: bool = Field(True, description="Compare onnxruntime's logits with PyTorch's; fail above parity_tolerance.")
-        parity_tolerance: float = Field(1e-3, gt=0, description="Largest absolute logit difference allowed between onnxruntime and PyTorch.")
+        parity_tolerance: float = Field(
+            1e-3, gt=0, description="Largest absolute logit difference allowed between onnxruntime and PyTorch."
+        )
 
     config: Config
 

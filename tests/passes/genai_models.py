@@ -19,15 +19,19 @@ def run_pass(pass_cls: Any, model: ModelArtifact, root: Path, **config: Any) -> 
     return pass_cls(pass_cls.Config(**config))(model, ctx)
 
 
-def og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+def og_greedy(folder: Path, prompt: list[int], new_tokens: int, ignore_eos: bool = False) -> list[int]:
     """ONNX Runtime GenAI's greedy continuation of ``prompt``: ``new_tokens`` tokens, or fewer when
-    it ends at EOS (compare with ``until_eos(greedy(...))``)."""
+    it ends at EOS (compare with ``until_eos(greedy(...))``). ``ignore_eos``: always
+    ``new_tokens`` (min_length: EOS is never chosen, so it is not PyTorch's greedy choice then)."""
     import onnxruntime_genai as og
 
     model = og.Model(str(folder))
     params = og.GeneratorParams(model)
     total = len(prompt) + new_tokens
-    params.set_search_options(max_length=total, do_sample=False)
+    if ignore_eos:
+        params.set_search_options(max_length=total, min_length=total, do_sample=False)
+    else:
+        params.set_search_options(max_length=total, do_sample=False)
     generator = og.Generator(model, params)
     generator.append_tokens(prompt)
     out: list[int] = []

@@ -15,7 +15,7 @@ from genai_models import NEW_TOKENS, PROMPT, og_greedy, run_pass, until_eos
 from engine.core import ModelArtifact, PassError, PassResult
 from passes.generate.decoder_export import DecoderExport
 
-FACTORY = '''
+FACTORY = """
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -26,7 +26,7 @@ def make(family="llama"):
     tok = tokenizer()
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config(family, len(tok))).eval(), tok
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,23 @@ def test_qwen2_export_continues_like_pytorch_in_onnxruntime_genai(qwen2_export: 
 
 def test_the_folder_holds_the_model_its_weights_the_config_and_the_tokenizer(qwen2_export: PassResult) -> None:
     folder = qwen2_export.model.path
-    assert {p.name for p in folder.iterdir()} >= {"model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json", "tokenizer_config.json"}
+    assert {p.name for p in folder.iterdir()} >= {
+        "model.onnx",
+        "model.onnx.data",
+        "genai_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
     config = json.loads((folder / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
     assert config["model"]["type"] == "qwen2"
     assert config["search"]["past_present_share_buffer"] is False
-    assert (decoder["filename"], decoder["num_key_value_heads"], decoder["head_size"], decoder["num_hidden_layers"]) == ("model.onnx", 2, 16, 2)
+    assert (decoder["filename"], decoder["num_key_value_heads"], decoder["head_size"], decoder["num_hidden_layers"]) == (
+        "model.onnx",
+        2,
+        16,
+        2,
+    )
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
     assert decoder["outputs"]["present_value_names"] == "present.%d.value"
     inputs = qwen2_export.details["inputs"]

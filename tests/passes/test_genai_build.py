@@ -5,6 +5,7 @@ PyTorch model does (fp32); int4 loads and generates. Both builds are made once p
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,24 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
 
 
 @pytest.fixture(scope="module")
-def fp32(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> PassResult:
-    return run_pass(GenaiBuild, llama, tmp_path_factory.mktemp("fp32"))
+def builds(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> dict[str, PassResult]:
+    """The fp32 and int4 builds, run at the same time (the builder runs in subprocesses)."""
+    configs = {"fp32": {}, "int4": {"precision": "int4", "block_size": 32}}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            name: pool.submit(run_pass, GenaiBuild, llama, tmp_path_factory.mktemp(name), **config) for name, config in configs.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
 
 
 @pytest.fixture(scope="module")
-def int4(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> PassResult:
-    return run_pass(GenaiBuild, llama, tmp_path_factory.mktemp("int4"), precision="int4", block_size=32)
+def fp32(builds: dict[str, PassResult]) -> PassResult:
+    return builds["fp32"]
+
+
+@pytest.fixture(scope="module")
+def int4(builds: dict[str, PassResult]) -> PassResult:
+    return builds["int4"]
 
 
 def test_fp32_build_is_a_genai_folder_that_continues_like_pytorch(fp32: PassResult, llama: ModelArtifact) -> None:
@@ -50,7 +62,7 @@ def test_int4_build_quantizes_the_matmuls_and_generates(int4: PassResult, fp32: 
     # hidden 128: the MatMul weights dominate; the embedding table stays float32 (Gather not quantized)
     assert int4.details["weights_bytes"] <= fp32.details["weights_bytes"] / 3.5
     assert "block_size=32" in int4.details["extra_options"]
-    assert 1 <= len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS)) <= NEW_TOKENS  # fewer only when it reaches EOS
+    assert len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS, ignore_eos=True)) == NEW_TOKENS
 
 
 def test_fp16_on_cpu_is_refused_before_building(llama: ModelArtifact, tmp_path: Path) -> None:
@@ -79,3 +91,36 @@ def test_nothing_is_printed(llama: ModelArtifact, tmp_path: Path, capfd: pytest.
     # the builder itself runs in a subprocess writing to builder.log (checked by the fixtures' runs)
     captured = capfd.readouterr()
     assert captured.out == ""
+
+
+def _workflow(folder: Path, second: dict) -> dict:
+    return {
+        "version": 1,
+        "name": "decoder",
+        "input": {"format": "hf", "path": str(folder)},
+        "targets": [{"id": "cpu", "runtime": "onnxruntime"}],
+        "steps": [{"id": "build", "pass": "genai_build"}, {"id": "second", "after": "build", **second}],
+        "evaluate": [{"id": "size", "evaluator": "size"}],
+        "select": {"objective": {"metric": "size.weights_bytes", "goal": "min"}},
+    }
+
+
+def test_validation_follows_the_genai_format_through_a_pass_that_keeps_it(llama: ModelArtifact, tmp_path: Path) -> None:
+    import yaml
+
+    from engine.core.errors import InputError
+    from engine.workflow import load_workflow
+
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(_workflow(llama.path, {"pass": "int4_weights"})))
+    assert list(load_workflow(path).steps) == ["build", "second"]
+
+    # int4_weights keeps genai, so what comes after it must take genai too
+    refused = _workflow(llama.path, {"pass": "int4_weights", "optional": True})
+    refused["steps"].append({"id": "ov", "pass": "openvino_convert", "after": "second"})
+    path.write_text(yaml.safe_dump(refused))
+    with pytest.raises(InputError) as caught:
+        load_workflow(path)
+    (problem,) = caught.value.problems
+    assert problem.where == "steps[2].pass"
+    assert "pass 'openvino_convert' cannot take a genai model (from step 'second')" in problem.message
