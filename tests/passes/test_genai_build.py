@@ -124,3 +124,18 @@ def test_validation_follows_the_genai_format_through_a_pass_that_keeps_it(llama:
     (problem,) = caught.value.problems
     assert problem.where == "steps[2].pass"
     assert "pass 'openvino_convert' cannot take a genai model (from step 'second')" in problem.message
+
+
+def test_the_planner_follows_the_kept_format_to_the_target(llama: ModelArtifact, tmp_path: Path) -> None:
+    import yaml
+
+    from engine.planner import build_plan
+    from engine.workflow import load_workflow
+
+    workflow = _workflow(llama.path, {"pass": "int4_weights"})
+    workflow["targets"] = [{"id": "ov", "runtime": "openvino"}]  # runs onnx and openvino models, not genai folders
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(workflow))
+    plan = build_plan(load_workflow(path))
+    assert not plan.candidates
+    assert any("ends in a genai model" in note and "second" in note for note in plan.dropped)
