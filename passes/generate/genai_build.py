@@ -10,6 +10,10 @@ The builder prints and draws progress bars: it runs as a subprocess
 step's workdir, with its cache folder there too. It reads the local folder only (Hugging Face
 offline mode, no token).
 
+The options are the builder's (``precision``, ``block_size``, ``accuracy_level``, ``is_symmetric``,
+``algo_config``, ``op_types_to_quantize``), under the builder's names; the quantization options
+apply to int4 and int8 only.
+
 The execution provider (``cpu``, ``cuda``, ``dml``) decides the kernels and the input/output
 types; null takes it from the target: ``cuda`` for an onnxruntime target on a CUDA (or
 TensorRT) GPU or an onnxruntime-genai target with device cuda, else ``cpu`` (whose job keys
@@ -71,9 +75,10 @@ class GenaiBuild(GenaiPass):
             "null = the builder's default (4 on cpu, unset elsewhere).",
         )
         is_symmetric: bool = Field(True, description="int4/int8: signed weights with scales only (true) or unsigned with zero points.")
-        algorithm: Literal["default", "rtn", "k_quant"] = Field(
+        algo_config: Literal["default", "rtn", "k_quant"] = Field(
             "default",
-            description="int4/int8: the builder's algo_config: default (MatMulNBitsQuantizer's own RTN), rtn, or k_quant (llama.cpp-style).",
+            description="int4/int8: the quantization algorithm: default (MatMulNBitsQuantizer's own round-to-nearest), rtn, or k_quant "
+            "(llama.cpp-style k-quants).",
         )
         op_types_to_quantize: list[Literal["MatMul", "Gather"]] = Field(
             default_factory=lambda: ["MatMul"],
@@ -168,7 +173,7 @@ class GenaiBuild(GenaiPass):
             options += [
                 f"block_size={cfg.block_size}",
                 f"is_symmetric={str(cfg.is_symmetric).lower()}",
-                f"algo_config={cfg.algorithm}",
+                f"algo_config={cfg.algo_config}",
                 "op_types_to_quantize=" + "/".join(cfg.op_types_to_quantize),
             ]
             if cfg.accuracy_level is not None:

@@ -65,6 +65,15 @@ def test_int4_build_quantizes_the_matmuls_and_generates(int4: PassResult, fp32: 
     assert len(og_greedy(int4.model.path, PROMPT, NEW_TOKENS, ignore_eos=True)) == NEW_TOKENS
 
 
+def test_int4_weights_quantizes_a_builder_model_and_keeps_its_folder(fp32: PassResult, tmp_path: Path) -> None:
+    from passes.quantize.int4_weights import Int4Weights
+
+    result = run_pass(Int4Weights, fp32.model, tmp_path, block_size=32)
+    assert result.model.format == "genai" and result.details["quantized"] == {"MatMul": 11}
+    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in result.model.path.iterdir()}
+    assert len(og_greedy(result.model.path, PROMPT, NEW_TOKENS, ignore_eos=True)) == NEW_TOKENS
+
+
 def test_fp16_on_cpu_is_refused_before_building(llama: ModelArtifact, tmp_path: Path) -> None:
     with pytest.raises(PassError, match="precision fp16 is not built for the cpu execution provider"):
         run_pass(GenaiBuild, llama, tmp_path, precision="fp16")
