@@ -39,6 +39,7 @@ from passes.generate._common import GenaiPass, decoder_facts, execution_provider
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 Provider = Literal["cpu", "cuda", "dml"]
 _QUANTIZED = ("int4", "int8")
+_QUANTIZATION_OPTIONS = ("block_size", "accuracy_level", "is_symmetric", "algo_config", "op_types_to_quantize")
 _LOG_TAIL = 20
 
 
@@ -105,6 +106,12 @@ class GenaiBuild(GenaiPass):
 
     @classmethod
     def resolve_for_target(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+        """execution_provider null set from the target; for a float precision the quantization
+        options, which change nothing then, set to their defaults, so that a search over block
+        sizes builds each float model once."""
+        if config.get("precision", "fp32") not in _QUANTIZED:
+            defaults = cls.Config().to_json()
+            config = {**config, **{name: defaults[name] for name in _QUANTIZATION_OPTIONS if name in config}}
         if config.get("execution_provider") is not None:
             return config
         return {**config, "execution_provider": execution_provider_of(target_fingerprint)}
@@ -160,8 +167,6 @@ class GenaiBuild(GenaiPass):
             **facts,
             "seconds": seconds,
         }
-        if cfg.precision not in _QUANTIZED:
-            notes.append(f"the quantization options (block_size, accuracy_level, ...) do not apply to precision {cfg.precision}")
         attrs = {"tokenizer": str(out), "inputs": facts["inputs"], "outputs": facts["outputs"]}
         return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=attrs), details=details, notes=notes)
 

@@ -93,13 +93,23 @@ def test_execution_provider_comes_from_the_target() -> None:
     assert GenaiBuild.resolve_for_target({"execution_provider": "cpu"}, gpu)["execution_provider"] == "cpu"
 
 
-def test_nothing_is_printed(llama: ModelArtifact, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_quantization_options_do_not_split_float_builds() -> None:
+    float_config = GenaiBuild.resolve_for_target({"precision": "fp32", "block_size": 128, "accuracy_level": 4}, None)
+    assert float_config == {"precision": "fp32", "block_size": 32, "accuracy_level": None, "execution_provider": "cpu"}
+    int4_config = GenaiBuild.resolve_for_target({"precision": "int4", "block_size": 128}, None)
+    assert int4_config == {"precision": "int4", "block_size": 128, "execution_provider": "cpu"}
+
+
+def test_the_builders_output_goes_to_its_log_in_the_workdir(fp32: PassResult) -> None:
+    work = fp32.model.path.parent / "work"  # run_pass: root/work and root/out
+    assert "Saving GenAI config" in (work / "builder.log").read_text()
+
+
+def test_a_refused_build_prints_nothing(llama: ModelArtifact, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     capfd.readouterr()
     with pytest.raises(PassError):
         run_pass(GenaiBuild, llama, tmp_path, precision="bf16")
-    # the builder itself runs in a subprocess writing to builder.log (checked by the fixtures' runs)
-    captured = capfd.readouterr()
-    assert captured.out == ""
+    assert capfd.readouterr() == ("", "")
 
 
 def _workflow(folder: Path, second: dict) -> dict:
