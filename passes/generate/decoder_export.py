@@ -9,6 +9,10 @@ buffers are not shared (``past_present_share_buffer: false`` in genai_config.jso
 builds transformers' ``DynamicCache`` from the flat past tensors and flattens the cache the model
 returns; attention is the eager implementation (an explicit mask, which traces).
 
+The input is a Hugging Face folder (``hf``: config.json, weights, tokenizer) or a ``torch``
+factory whose function returns ``(PreTrainedModel, tokenizer)``; both are saved with
+``save_pretrained`` into the step's workdir first (see ``passes.generate._common``).
+
 The folder holds model.onnx with its weights as external data (model.onnx.data),
 genai_config.json in the schema of ONNX Runtime GenAI's model builder, and the tokenizer
 (tokenizer.json, tokenizer_config.json). Parity: onnxruntime's logits against PyTorch's on a

@@ -5,6 +5,10 @@ genai_config.json, the tokenizer's files) with the builder's fused kernels (Grou
 SkipSimplifiedLayerNormalization, rotary embeddings) at fp32, fp16, bf16, int8 or int4 weights
 (MatMulNBits, quantized while the model is written).
 
+The input is a Hugging Face folder (``hf``: config.json, weights, tokenizer) or a ``torch``
+factory whose function returns ``(PreTrainedModel, tokenizer)``; both are saved with
+``save_pretrained`` into the step's workdir first (see ``passes.generate._common``).
+
 The builder prints and draws progress bars: it runs as a subprocess
 (``python -m onnxruntime_genai.models.builder``) whose output goes to ``builder.log`` in the
 step's workdir, with its cache folder there too. It reads the local folder only (Hugging Face
