@@ -241,7 +241,7 @@ class Plan:
             if step.optional:
                 continue
             parent = self.job(parent, step, {}, target, settings)
-            jobs, fmt = (*jobs, parent), step.pass_cls.produces
+            jobs, fmt = (*jobs, parent), step.pass_cls.output_format(fmt)
         if settings:
             params = {f"{SESSION}.{name}": value for name, value in settings.items()}
             return self._add(target, jobs, params, fmt, settings, screening=True)
@@ -263,7 +263,7 @@ class Plan:
             parent = self.job(parent, step, step_params, target, settings)
             jobs = (*jobs, parent)
             params.update({f"{step.id}.{k}": v for k, v in step_params.items()})
-            fmt = step.pass_cls.produces
+            fmt = step.pass_cls.output_format(fmt)
         params.update({name: value for name, value in point.items() if name.startswith(f"{SESSION}.")})
         candidate = self._add(target, jobs, params, fmt, settings, point=point, baseline=baseline)
         if candidate is not None and candidate.point is None:

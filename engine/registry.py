@@ -34,6 +34,8 @@ BUILTIN: dict[str, dict[str, str]] = {
         "nncf_compress_weights": "passes.openvino.nncf_compress_weights:NncfCompressWeights",
         "ort_serialize": "passes.compile.ort_serialize:OrtSerialize",
         "ort_compile": "passes.compile.ort_compile:OrtCompile",
+        "genai_build": "passes.generate.genai_build:GenaiBuild",
+        "decoder_export": "passes.generate.decoder_export:DecoderExport",
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",

@@ -292,6 +292,8 @@ def print_plugin(kind: str, cls: Any) -> None:
         if hasattr(cls, attr):
             value = getattr(cls, attr)
             console.print(f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else value}")
+    if getattr(cls, "keeps", ()):
+        console.print(f"  keeps: {', '.join(cls.keeps)} (an input in one of these formats gives an output in the same format)")
     if hasattr(cls, "default_timeout_s"):
         how = "" if kind == "datasources" else " (a step's or evaluation's timeout_s overrides it)"
         console.print(f"  default timeout: {cls.default_timeout_s:g} s{how}")

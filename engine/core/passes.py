@@ -86,6 +86,10 @@ class Pass(ABC):
     version: ClassVar[str] = "1"
     accepts: ClassVar[tuple[str, ...]]
     produces: ClassVar[str]
+    #: formats of ``accepts`` the pass passes through: an input in one of them gives an output
+    #: in the same format (a ``genai`` decoder folder through an ONNX pass stays a ``genai``
+    #: folder); any other input gives ``produces``. See ``output_format``.
+    keeps: ClassVar[tuple[str, ...]] = ()
     target_dependent: ClassVar[bool] = False
     #: distributions whose versions change what the pass writes: they enter every job key
     libraries: ClassVar[tuple[str, ...]] = ()
@@ -119,6 +123,13 @@ class Pass(ABC):
         default changes nothing."""
         return config
 
+    @classmethod
+    def output_format(cls, input_format: str) -> str:
+        """The format the pass writes for an input in ``input_format``: the input's own when the
+        pass ``keeps`` it, else ``produces``. Everything that reasons about what a step hands on
+        (workflow validation, the planner, the output check) asks this, not ``produces``."""
+        return input_format if input_format in cls.keeps else cls.produces
+
     def __init__(self, config: PassConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()
 
@@ -127,8 +138,9 @@ class Pass(ABC):
         """Transform ``model``; write the result into ``ctx.output_dir``."""
 
     def check_output(self, result: PassResult, ctx: PassContext) -> None:
-        """Raise if the output is not a usable model of ``produces``. Formats add stronger checks."""
-        if result.model.format != self.produces:
+        """Raise if the output is not a usable model of a format the pass declares (``produces`` or
+        one it ``keeps``; the call checks it is the one for its input). Formats add stronger checks."""
+        if result.model.format != self.produces and result.model.format not in self.keeps:
             raise ValueError(f"declared to produce {self.produces!r} but produced {result.model.format!r}")
         if not result.model.model_file.exists():
             raise ValueError(f"the output model file {result.model.model_file.name} was not written")
@@ -138,6 +150,9 @@ class Pass(ABC):
             raise PassError(self.name, ctx.step_id, model.digest, f"accepts {', '.join(self.accepts)} models, got a {model.format} model")
         try:
             result = self.run(model, ctx)
+            expected = self.output_format(model.format)
+            if result.model.format != expected:
+                raise ValueError(f"declared to produce {expected!r} from a {model.format!r} model but produced {result.model.format!r}")
             self.check_output(result, ctx)
         except (PassError, MissingDependency):
             raise
@@ -156,6 +171,7 @@ class Pass(ABC):
             "summary": cls.summary,
             "accepts": list(cls.accepts),
             "produces": cls.produces,
+            "keeps": list(cls.keeps),
             "target_dependent": cls.target_dependent,
             "libraries": list(cls.libraries),
             "config_schema": cls.Config.model_json_schema(),

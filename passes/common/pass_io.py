@@ -5,6 +5,7 @@ open the input as onnxruntime can load it, and wrap the written model in a ``Pas
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core import MissingDependency, ModelArtifact, PassContext, PassResult
 from passes.common.graph_tools import runtime_loadable
+from passes.common.onnx_io import MODEL_FILE
 
 if TYPE_CHECKING:
     import onnx
@@ -43,8 +45,53 @@ def open_onnx_input(model: ModelArtifact, ctx: PassContext) -> OnnxInput:
 
 
 def onnx_output(model: ModelArtifact, ctx: PassContext, details: dict[str, Any], notes: list[str]) -> PassResult:
-    """The ONNX model the pass wrote into ``ctx.output_dir``, with the input's attributes."""
-    return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=model.attrs), details=details, notes=notes)
+    """The ONNX model the pass wrote into ``ctx.output_dir``, with the input's attributes. A
+    ``genai`` input (a decoder folder) gives a ``genai`` output: its other files (genai_config.json,
+    the tokenizer's) are copied beside the new model.onnx, see ``copy_genai_sidecars``."""
+    out = Path(ctx.output_dir)
+    if model.format == "genai":
+        copy_genai_sidecars(model, out)
+        return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=model.attrs), details=details, notes=notes)
+    return PassResult(model=ModelArtifact.from_folder("onnx", out, attrs=model.attrs), details=details, notes=notes)
+
+
+GENAI_CONFIG = "genai_config.json"
+
+
+def copy_genai_sidecars(model: ModelArtifact, out: Path) -> list[str]:
+    """Copy what a ``genai`` folder holds besides its model (genai_config.json, the tokenizer's
+    files...) into ``out``, where a pass wrote a new model.onnx: every file of the input folder
+    except model.onnx, its external-data files and the files the pass wrote. genai_config.json's
+    decoder ``filename`` is set to the new model's name. Returns the names copied."""
+    import shutil
+
+    import onnx
+
+    source = Path(model.path)
+    model_file = model.model_file
+    proto = onnx.load(str(model_file), load_external_data=False)
+    external = {model_file.name}
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                external.add(Path(entry.value).name)
+    copied = []
+    for item in sorted(source.iterdir()):
+        if item.name in external or (out / item.name).exists():
+            continue
+        if item.is_dir():
+            shutil.copytree(item, out / item.name)
+        else:
+            shutil.copy2(item, out / item.name)
+        copied.append(item.name)
+    config_file = out / GENAI_CONFIG
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        decoder = config.get("model", {}).get("decoder", {})
+        if isinstance(decoder, dict) and decoder.get("filename") != MODEL_FILE:
+            decoder["filename"] = MODEL_FILE
+            config_file.write_text(json.dumps(config, indent=4) + "\n")
+    return copied
 
 
 def check_providers(ctx: PassContext) -> list[str]:

@@ -35,8 +35,9 @@ class Fp16(OnnxPass):
         "provider gains nothing: it inserts casts back; measure it on CPU only to see what it costs."
     )
     version = "1"
-    accepts = ("onnx",)
+    accepts = ("onnx", "genai")
     produces = "onnx"
+    keeps = ("genai",)  # a decoder folder stays one (for GPU targets): genai_config.json and the tokenizer are copied
     libraries = ("onnx", "onnxruntime")
     search_space = {"keep_io_types": Categorical((True, False))}
 

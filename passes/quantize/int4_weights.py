@@ -28,6 +28,10 @@ GPTQ goes through onnxruntime's vendored neural-compressor code, which keeps nod
 name: unnamed nodes (onnxruntime's fusions leave some) are named first, or all but one would
 be dropped; its output is topologically sorted again.
 
+``bits: 8`` (rtn only) writes MatMulNBits with 8-bit weights instead, for decoders where int4 costs
+too much quality. A ``genai`` decoder folder (from genai_build or decoder_export) stays one: the
+new model.onnx gets the folder's genai_config.json and tokenizer files beside it.
+
 ``matmul_nbits_quantizer`` imports ``onnx_ir`` (the onnx-ir distribution, not declared by
 onnxruntime) and calls ``logging.basicConfig`` at import; both are handled here.
 """
@@ -58,10 +62,11 @@ _FUSED_WITH_WEIGHTS = ("com.microsoft:Attention", "com.microsoft:EmbedLayerNorma
 
 class Int4Weights(OnnxPass):
     name = "int4_weights"
-    summary = "4-bit block-wise weight-only quantization of MatMul (and Gather) weights into MatMulNBits (RTN, HQQ or GPTQ)."
+    summary = "4-bit (or 8-bit) block-wise weight-only quantization of MatMul (and Gather) weights into MatMulNBits (RTN, HQQ or GPTQ)."
     version = "1"
-    accepts = ("onnx",)
+    accepts = ("onnx", "genai")
     produces = "onnx"
+    keeps = ("genai",)  # a decoder folder stays one: genai_config.json and the tokenizer are copied
     libraries = ("onnx", "onnxruntime", "onnx-ir", "numpy", "torch")  # torch: hqq computes with it
     search_space = {
         "block_size": Categorical((32, 64, 128)),
@@ -73,6 +78,11 @@ class Int4Weights(OnnxPass):
         algorithm: Literal["rtn", "hqq", "gptq"] = Field(
             "rtn",
             description="rtn: round to nearest (onnxruntime's native quantizer, MatMul and Gather); hqq: half-quadratic optimization of scales and zero points (MatMul, asymmetric); gptq: error-correcting GPTQ from a calibration dataset (MatMul).",
+        )
+        bits: Literal[4, 8] = Field(
+            4,
+            description="Bits per weight: 4 (int4) or 8 (int8, rtn only: MatMulNBits with 8-bit weights, which onnxruntime's CPU kernel runs). "
+            "Left out of the job key when 4, so configs written before the option keep their keys.",
         )
         block_size: Literal[16, 32, 64, 128, 256] = Field(
             32,
@@ -117,11 +127,21 @@ class Int4Weights(OnnxPass):
                 raise ValueError("algorithm gptq needs calibration: the name of a dataset of model inputs")
             if self.algorithm != "gptq" and self.calibration:
                 raise ValueError(f"calibration is used by algorithm gptq only; {self.algorithm} needs no data")
+            if self.bits == 8 and self.algorithm != "rtn":
+                raise ValueError(f"bits 8 works with algorithm rtn only, not {self.algorithm}")
             if self.algorithm != "rtn" and "Gather" in self.op_types:
                 raise ValueError(f"algorithm {self.algorithm} quantizes MatMul only; Gather needs algorithm rtn")
             return self
 
     config: Config
+
+    @classmethod
+    def resolve_for_target(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+        """``bits`` at its default (4) is left out of the config the job key names: configs written
+        before the option existed keep their keys."""
+        if config.get("bits") == 4:
+            return {name: value for name, value in config.items() if name != "bits"}
+        return config
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # onnx and onnxruntime take seconds to import: load them only when the pass runs (the
@@ -166,7 +186,7 @@ class Int4Weights(OnnxPass):
         notes.extend(self._notes(quantized, candidates, counts_in))
         details: dict[str, Any] = {
             "algorithm": cfg.algorithm,
-            "bits": 4,
+            "bits": cfg.bits,
             "block_size": cfg.block_size,
             "is_symmetric": cfg.is_symmetric if cfg.algorithm != "hqq" else False,
             "accuracy_level": cfg.accuracy_level,
@@ -291,11 +311,11 @@ def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: BatchReader | 
             accuracy_level=cfg.accuracy_level,
             op_types_to_quantize=op_types,
             quant_axes=(("MatMul", 0), ("Gather", 1)),
-            bits=4,
+            bits=cfg.bits,
         )
     return Quantizer(
         source,
-        bits=4,
+        bits=cfg.bits,
         block_size=cfg.block_size,
         is_symmetric=cfg.is_symmetric,
         accuracy_level=cfg.accuracy_level,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +191,19 @@ def test_nothing_is_printed_and_cwd_stays_clean(tmp_path: Path, capfd: pytest.Ca
     assert (captured.out, captured.err) == ("", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert list((tmp_path / "run" / "work").iterdir()) == []
+
+
+def test_a_genai_folder_stays_a_genai_folder_with_its_external_data_left_behind(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    onnx.save_model(_mlp_softmax(), str(source / "model.onnx"), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    config = {"model": {"decoder": {"filename": "model.onnx"}, "type": "llama"}}
+    (source / "genai_config.json").write_text(json.dumps(config))
+    (source / "tokenizer.json").write_text("{}")
+    (tmp_path / "work").mkdir()
+    ctx = PassContext(step_id="fp16", workdir=tmp_path / "work", output_dir=tmp_path / "out")
+    result = Fp16(Fp16.Config())(ModelArtifact.from_folder("genai", source), ctx)
+    assert result.model.format == "genai"
+    assert sorted(p.name for p in result.model.path.iterdir()) == ["genai_config.json", "model.onnx", "tokenizer.json"]
+    assert json.loads((result.model.path / "genai_config.json").read_text()) == config
+    assert _relative_error(_run(source / "model.onnx", X), _run(result.model.model_file, X.astype(np.float16))) < FP16_TOLERANCE

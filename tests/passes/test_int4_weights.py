@@ -331,3 +331,63 @@ def test_nothing_is_printed_and_the_root_logger_is_untouched(tmp_path: Path, cap
     assert (captured.out, captured.err) == ("", "")  # the GPTQ code prints a progress bar: captured
     assert (root.handlers, root.level) == (handlers, level)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# -- decoders: a genai folder (decoder_export of a tiny Qwen2) stays a genai folder ------------------
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
+    from decoders import tiny_decoder
+    from genai_models import run_pass
+
+    from passes.generate.decoder_export import DecoderExport
+
+    folder = tiny_decoder(tmp_path_factory.mktemp("qwen2"), "qwen2")
+    return run_pass(DecoderExport, ModelArtifact.from_folder("hf", folder), tmp_path_factory.mktemp("export")).model
+
+
+def _quantize_decoder(root: Path, decoder: ModelArtifact, **config: object) -> PassResult:
+    (root / "work").mkdir(parents=True)
+    ctx = PassContext(step_id="int4", workdir=root / "work", output_dir=root / "out")
+    return Int4Weights(Int4Weights.Config(**config))(decoder, ctx)
+
+
+def _weights_bytes(folder: Path) -> int:
+    from passes.generate._common import weights_bytes
+
+    return weights_bytes(onnx.load(str(folder / "model.onnx"), load_external_data=False))
+
+
+def test_a_genai_decoder_stays_a_genai_folder_that_generates(tmp_path: Path, decoder: ModelArtifact) -> None:
+    from genai_models import NEW_TOKENS, PROMPT, og_greedy
+
+    result = _quantize_decoder(tmp_path, decoder, op_types=["Gather", "MatMul"])
+    folder = result.model.path
+    assert result.model.format == "genai" and result.model.digest != decoder.digest
+    names = {p.name for p in folder.iterdir()}
+    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json", "model.onnx"} <= names
+    assert "model.onnx.data" not in names  # the input's external data is not copied: the new model holds its weights
+    assert json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]["filename"] == "model.onnx"
+    assert result.details["quantized"] == {"Gather": 1, "MatMul": 15}
+    # MatMul and embedding weights at 4 bits: at most 1/3.5 of the float32 weights (hidden 64, vocab 320)
+    assert _weights_bytes(folder) <= _weights_bytes(decoder.path) / 3.5
+    assert len(og_greedy(folder, PROMPT, NEW_TOKENS, ignore_eos=True)) == NEW_TOKENS
+
+
+def test_eight_bit_weights_run_in_onnxruntime_genai(tmp_path: Path, decoder: ModelArtifact) -> None:
+    from genai_models import NEW_TOKENS, PROMPT, og_greedy
+
+    result = _quantize_decoder(tmp_path, decoder, bits=8)
+    nodes = [n for n in onnx.load(str(result.model.model_file)).graph.node if n.op_type == "MatMulNBits"]
+    assert nodes and all(helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits")) == 8 for n in nodes)
+    assert result.details["bits"] == 8 and result.model.format == "genai"
+    assert len(og_greedy(result.model.path, PROMPT, NEW_TOKENS, ignore_eos=True)) == NEW_TOKENS
+
+
+def test_bits_at_its_default_is_left_out_of_the_job_config() -> None:
+    assert "bits" not in Int4Weights.resolve_for_target({"bits": 4, "block_size": 32}, None)
+    assert Int4Weights.resolve_for_target({"bits": 8, "block_size": 32}, None)["bits"] == 8
+    assert Int4Weights.output_format("genai") == "genai" and Int4Weights.output_format("onnx") == "onnx"
+    with pytest.raises(ValidationError, match="bits 8 works with algorithm rtn only"):
+        Int4Weights.Config(bits=8, algorithm="hqq")

@@ -183,25 +183,53 @@ def cycle(parents: dict[str, str], index_of: dict[str, int], source: WorkflowSou
 
 def formats_reaching(steps: dict[str, Step], step_id: str, input_model: InputModel) -> set[str]:
     """What may reach ``step_id``: its predecessor's output, and while predecessors are optional,
-    what reaches them (walked in a loop: a chain of 20,000 optional steps is fine)."""
-    before: set[str] = set()
-    step = steps[step_id]
-    while True:
-        if step.after is None:
-            return before | {input_model.format}
-        if step.after not in steps:
-            return before
-        before.add(steps[step.after].pass_cls.produces)
-        if not steps[step.after].optional:
-            return before
-        step = steps[step.after]
+    what reaches them. A pass that ``keeps`` formats hands on the format that reached it, so the
+    walk goes to the chain's start (in a loop: a chain of 20,000 steps is fine)."""
+    return _formats_in(steps, input_model)[step_id]
 
 
-def step_format(step: Step, steps: dict[str, Step], input_model: InputModel, source: WorkflowSource, index: int) -> list[Problem]:
+def _formats_in(steps: dict[str, Step], input_model: InputModel) -> dict[str, set[str]]:
+    """step id -> the formats that may reach it, for every step (each chain walked once).
+
+    A step whose own input is unknown (it comes after a missing step, or sits on a cycle; both are
+    reported elsewhere) is taken to hand on its ``produces``."""
+    reaching: dict[str, set[str]] = {}
+    for first in steps:
+        path: list[str] = []
+        step_id: str | None = first
+        while step_id is not None and step_id in steps and step_id not in reaching and step_id not in path:
+            path.append(step_id)
+            step_id = steps[step_id].after
+        for current in reversed(path):
+            step = steps[current]
+            if step.after is None:
+                reaching[current] = {input_model.format}
+            elif step.after not in steps or step.after not in reaching:  # missing, or a cycle
+                reaching[current] = set()
+            else:
+                before = steps[step.after]
+                reaching[current] = _formats_out(before, reaching[step.after])
+                if before.optional:
+                    reaching[current] |= reaching[step.after]  # skipping it hands this step what came before
+    return reaching
+
+
+def _formats_out(step: Step, formats_in: set[str]) -> set[str]:
+    if not formats_in:
+        return {step.pass_cls.produces}
+    return {step.pass_cls.output_format(fmt) for fmt in formats_in}
+
+
+def step_format(
+    step: Step,
+    steps: dict[str, Step],
+    input_model: InputModel,
+    source: WorkflowSource,
+    index: int,
+    reaching: dict[str, set[str]] | None = None,
+) -> list[Problem]:
     """A pass accepts what its predecessor produces (or, predecessors being optional, may)."""
-    produced = {input_model.format} if step.after is None else ({steps[step.after].pass_cls.produces} if step.after in steps else set())
-    if step.after in steps and steps[step.after].optional:
-        produced |= formats_reaching(steps, step.after, input_model)  # skipping it hands this step what came before
+    produced = (reaching if reaching is not None else _formats_in(steps, input_model))[step.id]
     bad = sorted(fmt for fmt in produced if fmt not in step.pass_cls.accepts)
     if not bad:
         return []
@@ -237,8 +265,9 @@ def step_targets(step: Step, steps: dict[str, Step], source: WorkflowSource, ind
 def chain(steps: dict[str, Step], input_model: InputModel, index_of: dict[str, int], source: WorkflowSource) -> list[Problem]:
     """Every step's format and targets against its predecessor's."""
     problems = []
+    reaching = _formats_in(steps, input_model)
     for step in steps.values():
-        problems += step_format(step, steps, input_model, source, index_of[step.id])
+        problems += step_format(step, steps, input_model, source, index_of[step.id], reaching)
         problems += step_targets(step, steps, source, index_of[step.id])
     return problems
 

@@ -1,0 +1,144 @@
+"""What the decoder passes (``genai_build``, ``decoder_export``) share: the input as a Hugging
+Face folder, the ``genai`` output check and the facts a report shows about a decoder folder.
+
+A ``torch`` input is a factory (``factory.json`` + a Python file, or a file with
+``attrs['function']``, see ``passes.export.sources.factory_spec``) whose function returns
+``(PreTrainedModel, tokenizer)``: a transformers causal LM and its tokenizer. Both are saved with
+``save_pretrained`` into the step's workdir, and that folder is the input the passes read.
+
+Imports nothing heavy at module level: the engine imports pass modules to validate workflows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.core import ModelArtifact, PassContext, PassResult
+from passes.common.onnx_io import MODEL_FILE, OnnxPass
+from passes.common.pass_io import GENAI_CONFIG, ort_target_of
+
+if TYPE_CHECKING:
+    import onnx
+
+#: op types a report counts in a decoder (attention kernels, quantized MatMuls and embeddings)
+KEY_OPS = (
+    "com.microsoft:GroupQueryAttention",
+    "com.microsoft:MultiHeadAttention",
+    "com.microsoft:MatMulNBits",
+    "com.microsoft:GatherBlockQuantized",
+    "MatMul",
+    "Gather",
+)
+_PACKED_4BIT = (21, 22)  # onnx.TensorProto.UINT4 / INT4
+
+
+def hf_input(model: ModelArtifact, ctx: PassContext, pass_name: str) -> tuple[Path, list[str]]:
+    """The input as a Hugging Face folder (config.json, weights, tokenizer) and notes: an ``hf``
+    input as it is; a ``torch`` factory's (model, tokenizer) saved into ``workdir/hf``."""
+    if model.format == "hf":
+        folder = Path(model.path)
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"{folder} is not a Hugging Face folder: it has no config.json")
+        return folder, []
+    import torch
+
+    from passes.export.sources import _load_file, factory_spec
+
+    file, function, kwargs = factory_spec(model)
+    factory = getattr(_load_file(file), function, None)
+    if not callable(factory):
+        raise ValueError(f"{file} defines no function '{function}'")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        made = factory(**kwargs)
+    if not (isinstance(made, tuple) and len(made) == 2 and hasattr(made[0], "save_pretrained") and hasattr(made[1], "save_pretrained")):
+        raise ValueError(
+            f"{function}() must return (PreTrainedModel, tokenizer) for the {pass_name} pass: a transformers causal LM and its tokenizer"
+        )
+    folder = Path(ctx.workdir) / "hf"
+    folder.mkdir(parents=True, exist_ok=True)
+    made[0].save_pretrained(folder)
+    made[1].save_pretrained(folder)
+    return folder, [f"saved {function}()'s model and tokenizer as a Hugging Face folder"]
+
+
+def execution_provider_of(fingerprint: dict[str, Any] | None) -> str:
+    """The ONNX Runtime GenAI execution provider a decoder is built for on the target with this
+    fingerprint: ``cuda`` for an onnxruntime target on a CUDA GPU (or TensorRT, whose fallback
+    is CUDA), ``dml`` for DirectML, ``cuda`` for an ``onnxruntime-genai`` target with device
+    cuda; ``cpu`` otherwise (no target, a CPU target, another runtime)."""
+    if not fingerprint:
+        return "cpu"
+    options = fingerprint.get("options") or {}
+    if fingerprint.get("runtime") == "onnxruntime-genai":
+        device = str(options.get("device") or "cpu").lower()
+        return "cuda" if device in ("cuda", "gpu") else "dml" if device == "dml" else "cpu"
+    target = ort_target_of(fingerprint)
+    provider = target.gpu_provider if target is not None else None
+    if provider == "DmlExecutionProvider":
+        return "dml"
+    if provider in ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider"):
+        return "cuda"
+    return "cpu"
+
+
+def external_files(proto: onnx.ModelProto) -> set[str]:
+    """Names of the external-data files the model's initializers point to."""
+    found = set()
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                found.add(Path(entry.value).name)
+    return found
+
+
+def weights_bytes(proto: onnx.ModelProto) -> int:
+    """Bytes of the model's initializers (inline or external), from their types and shapes."""
+    import onnx
+
+    total = 0
+    for tensor in proto.graph.initializer:
+        count = 1
+        for dim in tensor.dims:
+            count *= int(dim)
+        if tensor.data_type in _PACKED_4BIT:
+            total += (count + 1) // 2
+        else:
+            total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return total
+
+
+def decoder_facts(folder: Path) -> dict[str, Any]:
+    """What a report shows about a decoder folder: key op counts, weight bytes, files and sizes."""
+    import onnx
+
+    from passes.common.graph_tools import qualified_op_counts
+
+    proto = onnx.load(str(folder / MODEL_FILE), load_external_data=False)
+    counts = qualified_op_counts(proto)
+    return {
+        "ops": {op.split(":")[-1]: counts[op] for op in KEY_OPS if counts.get(op)},
+        "nodes": sum(counts.values()),
+        "weights_bytes": weights_bytes(proto),
+        "files": {item.name: item.stat().st_size for item in sorted(folder.iterdir()) if item.is_file()},
+        "inputs": [value.name for value in proto.graph.input],
+        "outputs": [value.name for value in proto.graph.output],
+    }
+
+
+class GenaiPass(OnnxPass):
+    """Base of passes that write a ``genai`` folder: the ONNX checks, plus a genai_config.json
+    that names the model file."""
+
+    produces = "genai"
+
+    def check_output(self, result: PassResult, ctx: PassContext) -> None:
+        super().check_output(result, ctx)
+        config_file = Path(result.model.path) / GENAI_CONFIG
+        if not config_file.is_file():
+            raise ValueError(f"the output folder has no {GENAI_CONFIG}")
+        decoder = json.loads(config_file.read_text()).get("model", {}).get("decoder", {})
+        if decoder.get("filename") != MODEL_FILE:
+            raise ValueError(f"{GENAI_CONFIG} names the decoder file {decoder.get('filename')!r}, not {MODEL_FILE}")
