@@ -12,6 +12,8 @@ Imports nothing heavy at module level: the engine imports pass modules to valida
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +38,57 @@ _PACKED_4BIT = (21, 22)  # onnx.TensorProto.UINT4 / INT4
 
 def hf_input(model: ModelArtifact, ctx: PassContext, pass_name: str) -> tuple[Path, list[str]]:
     """The input as a Hugging Face folder (config.json, weights, tokenizer) and notes: an ``hf``
-    input as it is; a ``torch`` factory's (model, tokenizer) saved into ``workdir/hf``."""
+    input as it is; a ``torch`` factory's (model, tokenizer) saved as one (see ``_factory_folder``)."""
     if model.format == "hf":
         folder = Path(model.path)
         if not (folder / "config.json").is_file():
             raise ValueError(f"{folder} is not a Hugging Face folder: it has no config.json")
         return folder, []
+    return _factory_folder(model, ctx, pass_name)
+
+
+def _factory_folder(model: ModelArtifact, ctx: PassContext, pass_name: str) -> tuple[Path, list[str]]:
+    """A factory's (model, tokenizer) saved with ``save_pretrained``.
+
+    A factory may train its model (the example decoder trains for half a minute), and every
+    decoder export of a workflow starts from it, so the folder is kept in the store's pass cache,
+    shared by the decoder passes (``passcache/hf-factory/<key>``), keyed by the input's digest
+    (the factory file, function and arguments) and the versions of torch, transformers and
+    tokenizers. It is written to a scratch folder and renamed into place whole, with its digest
+    beside it; a folder whose files no longer give that digest is built again, never served."""
+    from engine.core import digest_tree, library_versions, sha256_json
+    from passes.export.sources import factory_spec
+
+    function = factory_spec(model)[1]
+    if ctx.cache_dir is None:
+        return _save_factory(model, Path(ctx.workdir) / "hf", pass_name), [
+            f"saved {function}()'s model and tokenizer as a Hugging Face folder"
+        ]
+    key = sha256_json({"input": model.digest, "libraries": library_versions(("torch", "transformers", "tokenizers"))})[:32]
+    root = Path(ctx.cache_dir).parent / "hf-factory"
+    folder, stamp = root / key, root / f"{key}.digest"
+    if folder.is_dir() and stamp.is_file() and stamp.read_text().strip() == digest_tree(folder, "hf"):
+        return folder, [f"{function}()'s model and tokenizer from the store's factory cache ({key[:12]})"]
+    scratch = Path(ctx.workdir) / "hf"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    _save_factory(model, scratch, pass_name)
+    root.mkdir(parents=True, exist_ok=True)
+    staged = root / f".{key}.{os.getpid()}.tmp"
+    shutil.copytree(scratch, staged)
+    shutil.rmtree(folder, ignore_errors=True)  # a folder that failed its check
+    try:
+        os.replace(staged, folder)
+    except OSError:  # another job put the same folder in place first
+        shutil.rmtree(staged, ignore_errors=True)
+        return scratch, [f"saved {function}()'s model and tokenizer as a Hugging Face folder"]
+    part = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
+    part.write_text(digest_tree(folder, "hf"))
+    os.replace(part, stamp)
+    return folder, [f"saved {function}()'s model and tokenizer as a Hugging Face folder, kept in the store's factory cache ({key[:12]})"]
+
+
+def _save_factory(model: ModelArtifact, folder: Path, pass_name: str) -> Path:
     import torch
 
     from passes.export.sources import _load_file, factory_spec
@@ -57,11 +104,10 @@ def hf_input(model: ModelArtifact, ctx: PassContext, pass_name: str) -> tuple[Pa
         raise ValueError(
             f"{function}() must return (PreTrainedModel, tokenizer) for the {pass_name} pass: a transformers causal LM and its tokenizer"
         )
-    folder = Path(ctx.workdir) / "hf"
     folder.mkdir(parents=True, exist_ok=True)
     made[0].save_pretrained(folder)
     made[1].save_pretrained(folder)
-    return folder, [f"saved {function}()'s model and tokenizer as a Hugging Face folder"]
+    return folder
 
 
 def execution_provider_of(fingerprint: dict[str, Any] | None) -> str:

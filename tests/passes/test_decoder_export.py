@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from decoder_passes import NEW_TOKENS, PROMPT, og_greedy, run_pass, until_eos
 from decoders import greedy, tiny_decoder
-from genai_models import NEW_TOKENS, PROMPT, og_greedy, run_pass, until_eos
 
 from engine.core import ModelArtifact, PassError, PassResult
 from passes.generate.decoder_export import DecoderExport

@@ -338,8 +338,8 @@ def test_nothing_is_printed_and_the_root_logger_is_untouched(tmp_path: Path, cap
 
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
+    from decoder_passes import run_pass
     from decoders import tiny_decoder
-    from genai_models import run_pass
 
     from passes.generate.decoder_export import DecoderExport
 
@@ -360,7 +360,7 @@ def _weights_bytes(folder: Path) -> int:
 
 
 def test_a_genai_decoder_stays_a_genai_folder_that_generates(tmp_path: Path, decoder: ModelArtifact) -> None:
-    from genai_models import NEW_TOKENS, PROMPT, og_greedy
+    from decoder_passes import NEW_TOKENS, PROMPT, og_greedy
 
     result = _quantize_decoder(tmp_path, decoder, op_types=["Gather", "MatMul"])
     folder = result.model.path
@@ -376,7 +376,7 @@ def test_a_genai_decoder_stays_a_genai_folder_that_generates(tmp_path: Path, dec
 
 
 def test_eight_bit_weights_run_in_onnxruntime_genai(tmp_path: Path, decoder: ModelArtifact) -> None:
-    from genai_models import NEW_TOKENS, PROMPT, og_greedy
+    from decoder_passes import NEW_TOKENS, PROMPT, og_greedy
 
     result = _quantize_decoder(tmp_path, decoder, bits=8)
     nodes = [n for n in onnx.load(str(result.model.model_file)).graph.node if n.op_type == "MatMulNBits"]
