@@ -126,7 +126,9 @@ def main() -> None:
         fp32, int4 = (weights_bytes(models[p]) for p in ("fp32", "int4"))
 
     per_round = len(prompts)
-    print(f"example decoder ({args.steps} training steps), {len(prompts)} prompts x {args.rounds} rounds, {args.new_tokens} new tokens, {args.threads} thread(s)")
+    print(
+        f"example decoder ({args.steps} training steps), {len(prompts)} prompts x {args.rounds} rounds, {args.new_tokens} new tokens, {args.threads} thread(s)"
+    )
     print(f"{'variant':<12} {'prefill tok/s':>14} {'decode tok/s':>13}")
     for name, r in rates.items():
         print(f"{name:<12} {statistics.median(r['prefill']):>14.0f} {statistics.median(r['decode']):>13.0f}")

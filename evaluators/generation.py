@@ -226,6 +226,7 @@ class GenerationEvaluator(Evaluator):
         sessions = (session_details, reference_details)
         return self._result(rounds, outputs[: rounds.arms], sorted(unstable), sessions, ctx, [len(p) for p in prompts])
 
+    # long: one flat record of every figure and of how it was taken, read top to bottom
     def _result(
         self,
         rounds: Rounds,
@@ -235,8 +236,6 @@ class GenerationEvaluator(Evaluator):
         ctx: EvalContext,
         prompt_lengths: list[int],
     ) -> MetricResult:
-        import numpy as np
-
         cfg = self.config
         session, reference_session = sessions
         compared = rounds.arms == 2
@@ -276,51 +275,13 @@ class GenerationEvaluator(Evaluator):
             "target": ctx.target.id,
         }
         if compared:
-            ref = _Figures(per_arm[0])
-            decode = [
-                _Figures(_generations(r.times_ns[1])).decode_tokens_per_s / _Figures(_generations(r.times_ns[0])).decode_tokens_per_s
-                for r in rounds.kept
-            ]
-            ttft = [_Figures(_generations(r.times_ns[0])).ttft_ms / _Figures(_generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
-            e2e = rounds.ratios()
-            decode_interval = bootstrap(decode, "median", cfg.confidence, groups=blocks)
-            matched = [float(outputs[1][i] == outputs[0][i]) for i in sorted(outputs[0]) if i in outputs[1]]
-            values |= {
-                "decode_speedup": float(np.median(decode)),
-                "decode_speedup_low": decode_interval.low,
-                "decode_speedup_high": decode_interval.high,
-                "ttft_speedup": float(np.median(ttft)),
-                "e2e_speedup": float(np.median(e2e)),
-                "reference_ttft_ms": ref.ttft_ms,
-                "reference_decode_tokens_per_s": ref.decode_tokens_per_s,
-                "greedy_match": float(np.mean(matched)),
-            }
-            samples |= {
-                "decode_speedup": Samples("median", decode, blocks),
-                "ttft_speedup": Samples("median", ttft, blocks),
-                "e2e_speedup": Samples("median", e2e, blocks),
-                "greedy_match": Samples("mean", matched),
-            }
-            interval = rounds.interval()
-            details |= {
-                "interval_half_width": interval.half_width / interval.estimate,
-                "greedy_matched_prompts": int(sum(matched)),
-                "greedy_compared_prompts": len(matched),
-                "reference": {"ttft_ms": ref.ttft_ms, "e2e_ms": ref.e2e_ms, **ref.totals(), "session": reference_session},
-                "reference_target": ctx.reference_on.id,
-            }
-        else:
-            # the reference itself: its speedups and match are 1 by definition
-            values |= {
-                "decode_speedup": 1.0,
-                "decode_speedup_low": 1.0,
-                "decode_speedup_high": 1.0,
-                "ttft_speedup": 1.0,
-                "e2e_speedup": 1.0,
-                "reference_ttft_ms": mine.ttft_ms,
-                "reference_decode_tokens_per_s": mine.decode_tokens_per_s,
-                "greedy_match": 1.0,
-            }
+            paired = self._paired(rounds, outputs, _Figures(per_arm[0]), blocks, reference_session, ctx)
+            values |= paired.values
+            samples |= paired.samples
+            details |= paired.details
+        else:  # the reference itself: its speedups and match are 1 by definition
+            values |= dict.fromkeys(("decode_speedup", "decode_speedup_low", "decode_speedup_high", "ttft_speedup", "e2e_speedup"), 1.0)
+            values |= {"reference_ttft_ms": mine.ttft_ms, "reference_decode_tokens_per_s": mine.decode_tokens_per_s, "greedy_match": 1.0}
         logger.debug(
             "generation on %s: ttft %.3f ms, decode %.1f tok/s, decode speedup %.3f over %d rounds",
             ctx.target.id,
@@ -329,6 +290,54 @@ class GenerationEvaluator(Evaluator):
             values["decode_speedup"],
             len(rounds.kept),
         )
+        return MetricResult(values=values, details=details, samples=samples)
+
+    def _paired(
+        self,
+        rounds: Rounds,
+        outputs: list[dict[int, list[int]]],
+        ref: _Figures,
+        blocks: list[int],
+        reference_session: dict[str, Any],
+        ctx: EvalContext,
+    ) -> MetricResult:
+        """The figures against the reference, round by round: speedups with their samples, the
+        greedy match, the reference's own figures."""
+        import numpy as np
+
+        cfg = self.config
+        decode = [
+            _Figures(_generations(r.times_ns[1])).decode_tokens_per_s / _Figures(_generations(r.times_ns[0])).decode_tokens_per_s
+            for r in rounds.kept
+        ]
+        ttft = [_Figures(_generations(r.times_ns[0])).ttft_ms / _Figures(_generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
+        e2e = rounds.ratios()
+        decode_interval = bootstrap(decode, "median", cfg.confidence, groups=blocks)
+        matched = [float(outputs[1][i] == outputs[0][i]) for i in sorted(outputs[0]) if i in outputs[1]]
+        values = {
+            "decode_speedup": float(np.median(decode)),
+            "decode_speedup_low": decode_interval.low,
+            "decode_speedup_high": decode_interval.high,
+            "ttft_speedup": float(np.median(ttft)),
+            "e2e_speedup": float(np.median(e2e)),
+            "reference_ttft_ms": ref.ttft_ms,
+            "reference_decode_tokens_per_s": ref.decode_tokens_per_s,
+            "greedy_match": float(np.mean(matched)),
+        }
+        samples = {
+            "decode_speedup": Samples("median", decode, blocks),
+            "ttft_speedup": Samples("median", ttft, blocks),
+            "e2e_speedup": Samples("median", e2e, blocks),
+            "greedy_match": Samples("mean", matched),
+        }
+        interval = rounds.interval()
+        details = {
+            "interval_half_width": interval.half_width / interval.estimate,
+            "greedy_matched_prompts": int(sum(matched)),
+            "greedy_compared_prompts": len(matched),
+            "reference": {"ttft_ms": ref.ttft_ms, "e2e_ms": ref.e2e_ms, **ref.totals(), "session": reference_session},
+            "reference_target": ctx.reference_on.id,
+        }
         return MetricResult(values=values, details=details, samples=samples)
 
 

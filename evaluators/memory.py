@@ -25,7 +25,10 @@ from evaluators._sessions import RUN_ERRORS, FeedConfig, dataset_batch, feeds_fo
 from evaluators._tokens import generate, prompt_rows
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from engine.core.artifact import ModelArtifact
+    from engine.core.target import Session
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +151,26 @@ class Memory(Evaluator):
     def new_tokens(self) -> int:
         return self.config.max_new_tokens if self.config.max_new_tokens is not None else DEFAULT_NEW_TOKENS
 
+    def _run(self, session: Session, feeds: dict[str, np.ndarray]) -> int:
+        """The measured runs: greedy generations from each prompt row for a decoder (returns the
+        number of prompts), else the session's prepared run (returns 0)."""
+        cfg = self.config
+        if isinstance(session, GenerativeSession):
+            prompts = prompt_rows(feeds)
+            for _ in range(cfg.runs):
+                for prompt in prompts:
+                    generate(session, prompt, self.new_tokens, "model")
+            session.synchronize()
+            return len(prompts)
+        call = prepare_run(session, feeds)
+        try:
+            for _ in range(cfg.runs):
+                call()
+            session.synchronize()
+        except RUN_ERRORS as error:
+            raise run_failed(feeds, "model", error) from error
+        return 0
+
     def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
         cfg = self.config
         batch = dataset_batch(ctx, cfg)
@@ -161,22 +184,7 @@ class Memory(Evaluator):
                 maxrss_loaded = max_rss_bytes()
                 after_load = sampler.reset()
                 feeds = feeds_for(session, cfg, batch)
-                generating = isinstance(session, GenerativeSession)
-                if generating:
-                    assert isinstance(session, GenerativeSession)
-                    prompts = prompt_rows(feeds)
-                    for _ in range(cfg.runs):
-                        for prompt in prompts:
-                            generate(session, prompt, self.new_tokens, "model")
-                    session.synchronize()
-                else:
-                    call = prepare_run(session, feeds)
-                    try:
-                        for _ in range(cfg.runs):
-                            call()
-                        session.synchronize()
-                    except RUN_ERRORS as error:
-                        raise run_failed(feeds, "model", error) from error
+                generating = self._run(session, feeds)
                 run_sampled = sampler.peak()
                 maxrss_end = max_rss_bytes()
             finally:
@@ -210,6 +218,6 @@ class Memory(Evaluator):
             "target": ctx.target.id,
         }
         if generating:
-            details["generation"] = {"max_new_tokens": self.new_tokens, "prompts": len(prompts), "sampling": "greedy"}
+            details["generation"] = {"max_new_tokens": self.new_tokens, "prompts": generating, "sampling": "greedy"}
         logger.debug("memory of %s: peak %.1f MiB, load +%.1f MiB", model.digest[:12], values["peak_rss_mb"], values["load_delta_mb"])
         return MetricResult(values=values, details=details)

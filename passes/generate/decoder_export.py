@@ -85,7 +85,6 @@ class DecoderExport(GenaiPass):
         import torch
 
         from passes.common.graph_tools import quiet_library
-        from passes.export.exporters import make_reproducible
         from passes.generate import _decoder
 
         _, max_opset = ort_limits()
@@ -109,17 +108,7 @@ class DecoderExport(GenaiPass):
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             export_warnings = _decoder.export(wrapper, shape, cfg.opset, scratch / MODEL_FILE)
-            proto = onnx.load(str(scratch / MODEL_FILE))
-            make_reproducible(proto)
-            clamp_ir_version(proto)
-            onnx.save_model(
-                proto,
-                str(out / MODEL_FILE),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=EXTERNAL_DATA_FILE,
-                size_threshold=1024,
-            )
+            _save(onnx, scratch / MODEL_FILE, out / MODEL_FILE)
             shutil.rmtree(scratch)
             tokenizer.save_pretrained(str(out))
         (out / GENAI_CONFIG).write_text(json.dumps(genai_config(lm, shape), indent=4) + "\n")
@@ -199,3 +188,16 @@ def _parity_prompt(tokenizer: Any, vocab: int) -> list[int]:
     if len(ids) < 2 or max(ids) >= vocab:
         ids = [(7 * i + 3) % vocab for i in range(PARITY_TOKENS)]
     return ids
+
+
+def _save(onnx: Any, exported: Path, target: Path) -> None:
+    """The exported model, reproducible (no exporter-specific names or stamps) and loadable by the
+    installed onnxruntime, with its weights in one external-data file."""
+    from passes.export.exporters import make_reproducible
+
+    proto = onnx.load(str(exported))
+    make_reproducible(proto)
+    clamp_ir_version(proto)
+    onnx.save_model(
+        proto, str(target), save_as_external_data=True, all_tensors_to_one_file=True, location=EXTERNAL_DATA_FILE, size_threshold=1024
+    )
