@@ -234,53 +234,32 @@ class DecoderSession(GenerativeSession):
         import numpy as np
         import onnxruntime
 
-        from targets.onnxruntime.session import runtime_errors
-
-        layout, session = self.layout, self._live()
+        layout = self.layout
         device, device_id = self.device, self.device_id
         shape = (1, layout.kv_heads, length if layout.share_buffer else 0, layout.head_size)
         cache = {
             name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
             for name in layout.pasts
         }
-        logits_dtype = np.dtype(self._spec(layout.logits).dtype)
-        #: the single-position logits every decode step writes into (allocated after the prefill)
-        last_logits: Any = None
-        #: the previous step's binding, kept alive while its present outputs are bound as past
-        previous: Any = None
+        if layout.share_buffer:
+            return self._bound_shared(prompt, n, cache)
         tokens: list[int] = []
         times: list[float] = []
+        #: the previous step's binding, kept alive while its present outputs are bound as past
+        previous: Any = None
         ids, past = prompt, 0
         for _ in range(n):
             start = time.perf_counter()
-            binding = session.io_binding()
-            for name, array in self._step_feeds(ids, past).items():
-                binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, device, device_id))
-            for name, value in cache.items():
-                binding.bind_ortvalue_input(name, value)
-            if last_logits is None:  # the prefill: all positions' logits, allocated by onnxruntime
-                binding.bind_output(layout.logits, device, device_id)
-            else:
-                binding.bind_ortvalue_output(layout.logits, last_logits)
-            if layout.share_buffer:  # present is past: the kernel writes the new positions in place
-                for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
-                    binding.bind_ortvalue_output(present_name, cache[past_name])
-            else:
-                for name in layout.presents:
-                    binding.bind_output(name, device, device_id)
-            try:
-                session.run_with_iobinding(binding)
-            except runtime_errors() as error:
-                raise KilnError(f"onnxruntime failed to run the decoder with I/O binding: {type(error).__name__}: {error}") from error
-            # outputs in the order they were bound: logits first, then the presents
-            outputs = binding.get_outputs()
+            binding = self._binding(ids, past, cache)
+            binding.bind_output(layout.logits, device, device_id)
+            for name in layout.presents:
+                binding.bind_output(name, device, device_id)
+            self._run_bound(binding)
+            outputs = binding.get_outputs()  # in the order they were bound: logits, then the presents
             host = outputs[0].numpy()  # the only copy to the host: the logits
             token = int(np.argmax(host[0, -1]))
-            if not layout.share_buffer:
-                cache = dict(zip(layout.pasts, [outputs[1 + i] for i in range(len(layout.presents))], strict=True))
-                previous = binding
-            if last_logits is None:
-                last_logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, host.shape[-1]), logits_dtype, device, device_id)
+            cache = dict(zip(layout.pasts, outputs[1:], strict=True))
+            previous = binding
             times.append(time.perf_counter() - start)
             self.host_bytes += host.nbytes
             tokens.append(token)
@@ -290,6 +269,78 @@ class DecoderSession(GenerativeSession):
         #: the cache of the last generation, as the loop left it (OrtValues on the session's device)
         self.last_cache = cache
         return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def _bound_shared(self, prompt: list[int], n: int, cache: dict[str, Any]) -> Generation:
+        """The loop over one past/present buffer: the prefill binds everything; each decode step
+        then reuses one binding in which only the token (updated in place), the attention mask
+        (one longer each step) and, if the model has them, the positions change. Per token that
+        is a handful of calls into onnxruntime, not one per cache tensor: on a small model on a
+        CPU the calls, not the arithmetic, are what a step costs."""
+        import numpy as np
+        import onnxruntime
+
+        layout = self.layout
+        device, device_id = self.device, self.device_id
+        logits_dtype = np.dtype(self._spec(layout.logits).dtype)
+        times: list[float] = []
+        start = time.perf_counter()
+        prefill = self._binding(prompt, 0, cache)
+        prefill.bind_output(layout.logits, device, device_id)
+        for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
+            prefill.bind_ortvalue_output(present_name, cache[past_name])
+        self._run_bound(prefill)
+        host = prefill.get_outputs()[0].numpy()
+        tokens = [int(np.argmax(host[0, -1]))]
+        times.append(time.perf_counter() - start)
+        self.host_bytes += host.nbytes
+        if n > 1:
+            step = self._binding(tokens[-1:], len(prompt), cache)
+            token = onnxruntime.OrtValue.ortvalue_from_numpy(np.asarray([tokens[-1:]], dtype=layout.ids_dtype), device, device_id)
+            step.bind_ortvalue_input(layout.input_ids, token)
+            logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, host.shape[-1]), logits_dtype, device, device_id)
+            step.bind_ortvalue_output(layout.logits, logits)
+            for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
+                step.bind_ortvalue_output(present_name, cache[past_name])
+            ids_dtype = np.dtype(layout.ids_dtype)
+            for past in range(len(prompt), len(prompt) + n - 1):
+                start = time.perf_counter()
+                token.update_inplace(np.asarray([[tokens[-1]]], dtype=ids_dtype))
+                if past > len(prompt):
+                    self._bind_positions(step, past)
+                self._run_bound(step)
+                last = logits.numpy()
+                tokens.append(int(np.argmax(last[0, -1])))
+                times.append(time.perf_counter() - start)
+                self.host_bytes += last.nbytes
+        self.last_cache = cache
+        return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> Any:
+        """A binding with this step's feeds (ids, mask, positions) and the cache as past."""
+        import onnxruntime
+
+        binding = self._live().io_binding()
+        for name, array in self._step_feeds(ids, past).items():
+            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+        for name, value in cache.items():
+            binding.bind_ortvalue_input(name, value)
+        return binding
+
+    def _bind_positions(self, binding: Any, past: int) -> None:
+        """The attention mask (and positions) of a one-token step after ``past`` tokens."""
+        import onnxruntime
+
+        for name, array in self._step_feeds([0], past).items():
+            if name != self.layout.input_ids:
+                binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+
+    def _run_bound(self, binding: Any) -> None:
+        from targets.onnxruntime.session import runtime_errors
+
+        try:
+            self._live().run_with_iobinding(binding)
+        except runtime_errors() as error:
+            raise KilnError(f"onnxruntime failed to run the decoder with I/O binding: {type(error).__name__}: {error}") from error
 
     def _spec(self, name: str) -> TensorSpec:
         for spec in self.outputs:
