@@ -5,31 +5,26 @@ PyTorch model does (fp32); int4 loads and generates. Both builds are made once p
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from decoder_passes import NEW_TOKENS, PROMPT, og_greedy, run_pass, until_eos
-from decoders import greedy, tiny_decoder
+from decoders import greedy
+from genai_models import TinyGenai
 
 from engine.core import ModelArtifact, PassError, PassResult
 from passes.generate.genai_build import GenaiBuild
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
-    return ModelArtifact.from_folder("hf", tiny_decoder(tmp_path_factory.mktemp("llama"), "llama", hidden=128))
+def llama(tiny_genai: TinyGenai) -> ModelArtifact:
+    return ModelArtifact.from_folder("hf", tiny_genai.hf)
 
 
 @pytest.fixture(scope="module")
-def builds(llama: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> dict[str, PassResult]:
-    """The fp32 and int4 builds, run at the same time (the builder runs in subprocesses)."""
-    configs = {"fp32": {}, "int4": {"precision": "int4", "block_size": 32}}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {
-            name: pool.submit(run_pass, GenaiBuild, llama, tmp_path_factory.mktemp(name), **config) for name, config in configs.items()
-        }
-        return {name: future.result() for name, future in futures.items()}
+def builds(tiny_genai: TinyGenai) -> dict[str, PassResult]:
+    """The fp32 and int4 (block 32) builds of the session's tiny llama (tests/genai_models.py)."""
+    return tiny_genai.builds
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +96,7 @@ def test_quantization_options_do_not_split_float_builds() -> None:
 
 
 def test_the_builders_output_goes_to_its_log_in_the_workdir(fp32: PassResult) -> None:
-    work = fp32.model.path.parent / "work"  # run_pass: root/work and root/out
+    work = fp32.model.path.parent / "work-fp32"  # tests/genai_models.py: root/work-fp32 and root/fp32
     assert "Saving GenAI config" in (work / "builder.log").read_text()
 
 
