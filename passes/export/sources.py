@@ -172,13 +172,8 @@ def factory_source(
     artifact: ModelArtifact, input_shapes: dict[str, tuple[int, ...]] | None, input_dtypes: dict[str, str], outputs: tuple[str, ...] | None
 ) -> ExportSource:
     """Build the module with its factory; examples come from the factory or from ``input_shapes``."""
-    file, function, kwargs = factory_spec(artifact)
-    factory = getattr(_load_file(file), function, None)
-    if not callable(factory):
-        raise ValueError(f"{file} defines no function '{function}'")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        made = factory(**kwargs)
+    made = call_factory(artifact)
+    function = factory_spec(artifact)[1]
     if isinstance(made, torch.nn.Module):
         module, example = made, None
     elif isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
@@ -227,6 +222,18 @@ def factory_source(
         axis_sizes={"batch": (batch, batch + 1)},
         attrs={"function": function},
     )
+
+
+def call_factory(artifact: ModelArtifact) -> Any:
+    """What the factory of a ``torch`` artifact returns, called with its kwargs under a fixed torch
+    seed (the caller's random state is left as it was)."""
+    file, function, kwargs = factory_spec(artifact)
+    factory = getattr(_load_file(file), function, None)
+    if not callable(factory):
+        raise ValueError(f"{file} defines no function '{function}'")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return factory(**kwargs)
 
 
 def factory_spec(artifact: ModelArtifact) -> tuple[Path, str, dict[str, Any]]:

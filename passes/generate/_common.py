@@ -89,17 +89,10 @@ def _factory_folder(model: ModelArtifact, ctx: PassContext, pass_name: str) -> t
 
 
 def _save_factory(model: ModelArtifact, folder: Path, pass_name: str) -> Path:
-    import torch
+    from passes.export.sources import call_factory, factory_spec
 
-    from passes.export.sources import _load_file, factory_spec
-
-    file, function, kwargs = factory_spec(model)
-    factory = getattr(_load_file(file), function, None)
-    if not callable(factory):
-        raise ValueError(f"{file} defines no function '{function}'")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        made = factory(**kwargs)
+    function = factory_spec(model)[1]
+    made = call_factory(model)
     if not (isinstance(made, tuple) and len(made) == 2 and hasattr(made[0], "save_pretrained") and hasattr(made[1], "save_pretrained")):
         raise ValueError(
             f"{function}() must return (PreTrainedModel, tokenizer) for the {pass_name} pass: a transformers causal LM and its tokenizer"
