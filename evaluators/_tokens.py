@@ -45,7 +45,12 @@ def token_rows(ctx: EvalContext, name: str, limit: int | None, evaluator: str) -
     if mask.shape != ids.shape:
         raise EvaluationError(f"attention_mask of dataset '{name}' has shape {list(mask.shape)}, input_ids {list(ids.shape)}")
     count = len(ids) if limit is None else min(limit, len(ids))
-    return [[int(token) for token in ids[row][mask[row] == 1]] for row in range(count)]
+    return _masked(ids[:count], mask[:count])
+
+
+def _masked(ids: np.ndarray, mask: np.ndarray) -> list[list[int]]:
+    """Each row's tokens: ``ids`` where ``mask`` is 1."""
+    return [[int(token) for token in row[keep == 1]] for row, keep in zip(ids, mask, strict=True)]
 
 
 def prompt_rows(feeds: dict[str, np.ndarray]) -> list[list[int]]:
@@ -56,7 +61,7 @@ def prompt_rows(feeds: dict[str, np.ndarray]) -> list[list[int]]:
         raise EvaluationError(f"a decoder's feeds need input_ids (they have: {', '.join(sorted(feeds)) or 'nothing'})")
     ids = np.asarray(feeds["input_ids"])
     mask = np.asarray(feeds["attention_mask"]) if "attention_mask" in feeds else np.ones_like(ids)
-    rows = [[int(token) for token in row[keep == 1]] for row, keep in zip(ids, mask, strict=True)]
+    rows = _masked(ids, mask)
     if not all(rows):
         raise EvaluationError("a prompt of the batch has no tokens (its attention_mask is all 0)")
     return rows

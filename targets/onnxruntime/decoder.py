@@ -157,9 +157,18 @@ class DecoderSession(GenerativeSession):
     def _step_feeds(self, ids: Sequence[int], past_length: int) -> dict[str, np.ndarray]:
         import numpy as np
 
+        feeds = {self.layout.input_ids: np.asarray([list(ids)], dtype=self.layout.ids_dtype)}
+        feeds.update(self._span_feeds(past_length, len(ids)))
+        return feeds
+
+    def _span_feeds(self, past_length: int, count: int) -> dict[str, np.ndarray]:
+        """The attention mask and (if the model has them) positions of ``count`` new tokens
+        after ``past_length`` cached ones."""
+        import numpy as np
+
         layout = self.layout
-        total = past_length + len(ids)
-        feeds = {layout.input_ids: np.asarray([list(ids)], dtype=layout.ids_dtype)}
+        total = past_length + count
+        feeds = {}
         if layout.attention_mask is not None:
             feeds[layout.attention_mask] = np.ones((1, total), dtype=layout.mask_dtype)
         if layout.position_ids is not None:
@@ -330,9 +339,8 @@ class DecoderSession(GenerativeSession):
         """The attention mask (and positions) of a one-token step after ``past`` tokens."""
         import onnxruntime
 
-        for name, array in self._step_feeds([0], past).items():
-            if name != self.layout.input_ids:
-                binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+        for name, array in self._span_feeds(past, 1).items():
+            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
 
     def _run_bound(self, binding: Any) -> None:
         from targets.onnxruntime.session import runtime_errors
