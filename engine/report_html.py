@@ -152,7 +152,7 @@ def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, A
     if deploy:
         parts.append(f'<pre class="inference-settings">{escape(json.dumps(deploy["settings"], indent=2))}</pre>')
         if deploy.get("program"):
-            parts.append(f'<details><summary>inference.py</summary><pre>{escape(deploy["program"])}</pre></details>')
+            parts.append(f"<details><summary>inference.py</summary><pre>{escape(deploy['program'])}</pre></details>")
     else:
         parts.append("<p class='muted'>none (nothing was chosen for this target)</p>")
     return "\n".join(parts) + "</section>"
@@ -284,7 +284,8 @@ def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
         path = escape(c["path"]) + (' <span class="muted">(reference)</span>' if c.get("reference") else "")
         lines.append(
             f'<tr class="{css}" data-candidate="{escape(c["id"])}"><td data-v="{escape(number)}">{escape(number)}</td><td>{path}</td>'
-            f"<td>{escape(state)}</td>" + "".join(_metric_cell(c, m) for m in metrics)
+            f"<td>{escape(state)}</td>"
+            + "".join(_metric_cell(c, m) for m in metrics)
             + f"<td>{'yes' if c.get('pareto') else ''}</td><td>{escape(why)}</td></tr>"
         )
     return "\n".join([*lines, "</tbody></table>"])
@@ -296,7 +297,7 @@ _CACHE = {"hit": "cache hit", "ran": "cache miss: ran", "shared": "built meanwhi
 def _lineage(rows: list[dict[str, Any]]) -> str:
     parts = []
     for c in rows:
-        steps = ['<li>input model</li>']
+        steps = ["<li>input model</li>"]
         for step in c.get("steps", []):
             status = step.get("status", "")
             seconds = f" in {step['seconds']:.2f} s" if isinstance(step.get("seconds"), int | float) else ""
@@ -308,7 +309,9 @@ def _lineage(rows: list[dict[str, Any]]) -> str:
                 + (f'<br><span class="error">{escape(step["error"])}</span>' if step.get("error") else "")
                 + f"<details><summary>config</summary><pre>{escape(json.dumps(config, indent=1))}</pre></details></li>"
             )
-        evaluations = ", ".join(f"{escape(e)} <code>{escape((v.get('key') or '')[:12])}</code>" for e, v in (c.get("evaluations") or {}).items())
+        evaluations = ", ".join(
+            f"{escape(e)} <code>{escape((v.get('key') or '')[:12])}</code>" for e, v in (c.get("evaluations") or {}).items()
+        )
         parts.append(
             f'<details class="lineage" data-candidate="{escape(c["id"])}"{" open" if c.get("chosen") else ""}>'
             f"<summary>{escape(c['id'])} {escape(c['path'])} → model <code>{escape((c.get('model_digest') or '—')[:16])}</code></summary>"
@@ -328,7 +331,9 @@ def _failures(records: dict[str, Any]) -> str:
         if event.get("error") and (event.get("status") == "failed" or event.get("ok") is False):
             what = event.get("job") or " ".join(str(event.get(k, "")) for k in ("candidate", "evaluation", "name")).strip()
             items.append(f"<li>{escape(event['event'])} {escape(what)}: {escape(str(event['error']))}</li>")
-    items += [f"<li>target <b>{escape(t)}</b> skipped: {escape(str(why))}</li>" for t, why in (document.get("skipped_targets") or {}).items()]
+    items += [
+        f"<li>target <b>{escape(t)}</b> skipped: {escape(str(why))}</li>" for t, why in (document.get("skipped_targets") or {}).items()
+    ]
     items += [f"<li class='muted'>note: {escape(str(note))}</li>" for note in document.get("notes") or []]
     return '<section id="failures"><h2>failures</h2>' + (f"<ul>{''.join(items)}</ul>" if items else "<p>none</p>") + "</section>"
 
