@@ -1,6 +1,7 @@
 """report.html: one self-contained page of a run, written from the records the run left in its
-output folder (candidates.json, workflow.lock.json, events.jsonl, <target>/inference_settings.json)
-and nothing else, so that a past run's page can be written again later.
+output folder (candidates.json, workflow.lock.json, <target>/inference_settings.json and
+inference.py) and nothing else, so that a past run's page can be written again later.
+events.jsonl is not read: it logs every run into the folder, not only the last.
 
 Per target: the objective plotted against each constraint metric (the chosen point marked, the
 reference, the constraint bounds, intervals as error bars), the sortable candidate table, each
@@ -72,14 +73,6 @@ def read_records(output_dir: Path) -> dict[str, Any]:
     candidates = json.loads(candidates_file.read_text(encoding="utf-8"))
     lock_file = output_dir / "workflow.lock.json"
     lock = json.loads(lock_file.read_text(encoding="utf-8")) if lock_file.is_file() else {}
-    events: list[dict[str, Any]] = []
-    events_file = output_dir / "events.jsonl"
-    if events_file.is_file():
-        for line in events_file.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a killed run
     deploy: dict[str, dict[str, Any]] = {}
     for target in _targets(candidates):
         settings, program = output_dir / target / "inference_settings.json", output_dir / target / "inference.py"
@@ -87,7 +80,7 @@ def read_records(output_dir: Path) -> dict[str, Any]:
             deploy[target] = {"settings": json.loads(settings.read_text(encoding="utf-8"))}
             if program.is_file():
                 deploy[target]["program"] = program.read_text(encoding="utf-8")
-    return {"candidates": candidates, "lock": lock, "events": events, "deploy": deploy}
+    return {"candidates": candidates, "lock": lock, "deploy": deploy}
 
 
 def _targets(candidates: dict[str, Any]) -> list[str]:
@@ -295,6 +288,12 @@ _CACHE = {"hit": "cache hit", "ran": "cache miss: ran", "shared": "built meanwhi
 
 
 def _lineage(rows: list[dict[str, Any]]) -> str:
+    """Each candidate's chain of passes from the input model; a job several candidates share
+    (one node of the run's DAG) names the others."""
+    users: dict[str, list[str]] = {}
+    for c in rows:
+        for step in c.get("steps", []):
+            users.setdefault(step.get("key") or "", []).append(c["id"].split("/")[-1])
     parts = []
     for c in rows:
         steps = ["<li>input model</li>"]
@@ -306,6 +305,7 @@ def _lineage(rows: list[dict[str, Any]]) -> str:
                 f'<li class="step" data-step="{escape(step["step"])}" data-status="{escape(status)}"><b>{escape(step["step"])}</b> '
                 f"({escape(step['pass'])}) · {escape(_CACHE.get(status, status))}{seconds}"
                 f" · digest <code>{escape((step.get('digest') or '—')[:16])}</code> · key <code>{escape((step.get('key') or '—')[:16])}</code>"
+                + _shared(users.get(step.get("key") or "", []), c["id"].split("/")[-1])
                 + (f'<br><span class="error">{escape(step["error"])}</span>' if step.get("error") else "")
                 + f"<details><summary>config</summary><pre>{escape(json.dumps(config, indent=1))}</pre></details></li>"
             )
@@ -320,6 +320,11 @@ def _lineage(rows: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def _shared(users: list[str], own: str) -> str:
+    others = [f"#{n}" for n in users if n != own]
+    return f" · shared with {', '.join(others)}" if others else ""
+
+
 def _failures(records: dict[str, Any]) -> str:
     document = records["candidates"]
     items = [
@@ -327,10 +332,12 @@ def _failures(records: dict[str, Any]) -> str:
         for c in document.get("candidates", [])
         if c.get("state") == "failed"
     ]
-    for event in records["events"]:
-        if event.get("error") and (event.get("status") == "failed" or event.get("ok") is False):
-            what = event.get("job") or " ".join(str(event.get(k, "")) for k in ("candidate", "evaluation", "name")).strip()
-            items.append(f"<li>{escape(event['event'])} {escape(what)}: {escape(str(event['error']))}</li>")
+    for c in document.get("candidates", []):
+        items += [
+            f"<li>step <b>{escape(step['step'])}</b> of {escape(c['id'])} ({escape(c['path'])}): {escape(str(step['error']))}</li>"
+            for step in c.get("steps", [])
+            if step.get("error")
+        ]
     items += [
         f"<li>target <b>{escape(t)}</b> skipped: {escape(str(why))}</li>" for t, why in (document.get("skipped_targets") or {}).items()
     ]
