@@ -199,3 +199,23 @@ def test_the_report_renders_in_headless_chromium(run_output: Path, tmp_path: Pat
     area = pixels[max(0, row - 200) : row + 200]  # the plot around the chosen point: axes, grid, points, bounds
     assert area.std(axis=(0, 1)).max() > 5, "the plot area is blank"
     assert (area.min(axis=-1) < 200).mean() > 0.003, "the plot area is blank"
+
+
+def test_bounds_on_the_objective_and_drops_from_the_reference_are_drawn(run_output: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "bounds"
+    shutil.copytree(run_output, copy, ignore=shutil.ignore_patterns(REPORT_NAME, "model"))
+    document = json.loads((copy / "candidates.json").read_text())
+    reference = next(c for c in document["candidates"] if c["reference"])["metrics"]["fidelity.cosine_mean"]
+    document["select"]["constraints"] = [
+        {"metric": "latency.p50_ms", "max": 1.5},
+        {"metric": "fidelity.cosine_mean", "max_drop_ratio": 0.01},
+    ]
+    (copy / "candidates.json").write_text(json.dumps(document))
+    [figure] = _parse(write_report(copy)).figures
+    shapes = figure["figure"]["layout"]["shapes"]
+    assert any(s["y0"] == s["y1"] == 1.5 for s in shapes)  # the objective's own bound: a horizontal line
+    assert any(s["x0"] == s["x1"] == pytest.approx(reference * 0.99) for s in shapes)
+    document["select"]["constraints"] = []
+    (copy / "candidates.json").write_text(json.dumps(document))
+    [figure] = _parse(write_report(copy)).figures
+    assert figure["data-x"] == "#" and sorted(x for t in figure["figure"]["data"] for x in t["x"]) == [0, 1, 2]
