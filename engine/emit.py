@@ -20,6 +20,7 @@ from engine.core.config import library_versions
 from engine.core.errors import InputError, KilnError, Problem
 from engine.core.hashing import sha256_file
 from engine.core.target import Target
+from engine.report_html import write_report
 from engine.results import CandidateResult, RunReport
 from engine.select import intervals_json, under_load
 from engine.store import Store, write_json_atomic
@@ -62,6 +63,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
                 "key": state.key,
                 "digest": state.artifact.digest if state.artifact else None,
                 "status": state.status,
+                "seconds": (state.record or {}).get("duration_s"),
                 "error": state.error,
                 "details": (state.record or {}).get("details"),
                 "notes": (state.record or {}).get("notes", []),
@@ -200,6 +202,7 @@ def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
         folder / "candidates.json",
         {
             "workflow": report.resolved.name,
+            "select": report.resolved.spec.select.model_dump(mode="json"),
             "candidates": [candidate_record(report, r) for r in report.results],
             "skipped_targets": report.plan.skipped_targets,
             "notes": report.plan.dropped,
@@ -209,6 +212,7 @@ def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
     events = output_dir / "events.jsonl"
     if events.is_file():
         shutil.copy2(events, folder / "events.jsonl")  # the log of every run into this folder
+    write_report(folder)  # from the records just written, as `engine show RUN --html` writes it again
 
 
 #: evaluations whose details carry the session a model was measured with, most telling first

@@ -1,0 +1,366 @@
+"""report.html: one self-contained page of a run, written from the records the run left in its
+output folder (candidates.json, workflow.lock.json, <target>/inference_settings.json and
+inference.py) and nothing else, so that a past run's page can be written again later.
+events.jsonl is not read: it logs every run into the folder, not only the last.
+
+Per target: the objective plotted against each constraint metric (the chosen point marked, the
+reference, the constraint bounds, intervals as error bars), the sortable candidate table, each
+candidate's lineage, and the settings to deploy with; then failures and the environment. The
+plots are plotly figures; plotly.js is embedded inline, so the page opens without a network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from engine.core.errors import KilnError
+
+REPORT_NAME = "report.html"
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1,h2,h3{font-weight:600}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f2f2f2}table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#999}
+tr.chosen{background:#fff6d5}tr.failed{background:#fde8e8}code,pre{font-size:.85em}pre{background:#f7f7f7;padding:.5em;overflow:auto}
+.plot{width:100%;max-width:900px;height:420px}.muted{color:#777}ol.lineage li{margin:.2em 0}
+"""
+
+_SCRIPT = """
+document.querySelectorAll('script.kiln-figure').forEach(function (s) {
+  var f = JSON.parse(s.textContent);
+  Plotly.newPlot(document.getElementById(s.dataset.div), f.data, f.layout, {responsive: true, displaylogo: false});
+});
+document.querySelectorAll('table.sortable th').forEach(function (th) {
+  th.addEventListener('click', function () {
+    var body = th.closest('table').tBodies[0], i = th.cellIndex, asc = th.dataset.dir !== 'asc';
+    th.dataset.dir = asc ? 'asc' : 'desc';
+    var key = function (row) { var c = row.cells[i]; return c.dataset.v !== undefined ? c.dataset.v : c.textContent; };
+    Array.from(body.rows).sort(function (a, b) {
+      var x = key(a), y = key(b), nx = parseFloat(x), ny = parseFloat(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
+      return asc ? c : -c;
+    }).forEach(function (row) { body.appendChild(row); });
+  });
+});
+"""
+
+
+def write_report(output_dir: Path) -> Path:
+    """Write ``output_dir/report.html`` from the run's records in that folder (atomically: a
+    temporary file renamed into place); returns its path."""
+    records = read_records(output_dir)
+    page = render(records)
+    path = output_dir / REPORT_NAME
+    staging = output_dir / f".{REPORT_NAME}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        staging.write_text(page, encoding="utf-8")
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+    return path
+
+
+def read_records(output_dir: Path) -> dict[str, Any]:
+    """What a run wrote into its output folder, as the report needs it."""
+    candidates_file = output_dir / "candidates.json"
+    if not candidates_file.is_file():
+        raise KilnError(f"{output_dir} holds no candidates.json: it is not the output folder of a Kiln run")
+    candidates = json.loads(candidates_file.read_text(encoding="utf-8"))
+    lock_file = output_dir / "workflow.lock.json"
+    lock = json.loads(lock_file.read_text(encoding="utf-8")) if lock_file.is_file() else {}
+    deploy: dict[str, dict[str, Any]] = {}
+    for target in _targets(candidates):
+        settings, program = output_dir / target / "inference_settings.json", output_dir / target / "inference.py"
+        if settings.is_file():
+            deploy[target] = {"settings": json.loads(settings.read_text(encoding="utf-8"))}
+            if program.is_file():
+                deploy[target]["program"] = program.read_text(encoding="utf-8")
+    return {"candidates": candidates, "lock": lock, "deploy": deploy}
+
+
+def _targets(candidates: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(c["target"] for c in candidates.get("candidates", [])))
+
+
+def render(records: dict[str, Any]) -> str:
+    """The whole page."""
+    from plotly.offline import get_plotlyjs
+
+    document = records["candidates"]
+    name = document.get("workflow") or records["lock"].get("workflow", {}).get("name", "run")
+    body = [f"<h1>{escape(str(name))}: report</h1>", _overview(records)]
+    for target in _targets(document):
+        rows = [c for c in document["candidates"] if c["target"] == target]
+        body.append(_target_section(target, rows, document.get("select") or {}, records["deploy"].get(target)))
+    body += [_failures(records), _environment(records["lock"])]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(str(name))}: Kiln report</title><style>{_STYLE}</style>"
+        f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>\n'
+        + "\n".join(body)
+        + f"\n<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def _overview(records: dict[str, Any]) -> str:
+    document, lock = records["candidates"], records["lock"]
+    select = document.get("select") or {}
+    objective = select.get("objective") or {}
+    items = [f"workflow file: <code>{escape(str(lock.get('workflow', {}).get('file', '?')))}</code>"]
+    if objective:
+        items.append(f"objective: <b>{escape(objective['metric'])}</b> ({escape(objective.get('goal', 'min'))})")
+    for constraint in select.get("constraints", []):
+        items.append(f"constraint: {escape(_constraint_text(constraint))}")
+    for target, chosen in (lock.get("chosen") or {}).items():
+        items.append(f"chosen for <b>{escape(target)}</b>: <code>{escape(chosen['candidate'])}</code>")
+    return "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
+
+
+def _constraint_text(constraint: dict[str, Any]) -> str:
+    parts = [f"{name} {constraint[name]:g}" for name in ("min", "max", "max_drop", "max_drop_ratio") if constraint.get(name) is not None]
+    return f"{constraint['metric']}: " + ", ".join(parts)
+
+
+def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, Any], deploy: dict[str, Any] | None) -> str:
+    chosen = next((c for c in rows if c.get("chosen")), None)
+    parts = [f'<section class="target" id="target-{escape(target)}"><h2>target {escape(target)}</h2>']
+    if chosen:
+        parts.append(
+            f'<p class="chosen-summary">chosen: <b>{escape(chosen["id"])}</b> {escape(chosen["path"])}'
+            f'<br><span class="muted">{escape(chosen.get("verdict") or "")}</span></p>'
+        )
+    else:
+        parts.append("<p><b>no candidate completed and met the constraints</b></p>")
+    objective = (select.get("objective") or {}).get("metric")
+    if objective:
+        parts.append("<h3>objective against constraints</h3>")
+        parts += [_figure_html(target, figure) for figure in _figures(rows, select)]
+    parts += ["<h3>candidates</h3>", _table(rows, select), "<h3>lineage</h3>", _lineage(rows)]
+    parts.append("<h3>inference settings to deploy with</h3>")
+    if deploy:
+        parts.append(f'<pre class="inference-settings">{escape(json.dumps(deploy["settings"], indent=2))}</pre>')
+        if deploy.get("program"):
+            parts.append(f"<details><summary>inference.py</summary><pre>{escape(deploy['program'])}</pre></details>")
+    else:
+        parts.append("<p class='muted'>none (nothing was chosen for this target)</p>")
+    return "\n".join(parts) + "</section>"
+
+
+def _figure_html(target: str, figure: dict[str, Any]) -> str:
+    div = f"plot-{uuid.uuid4().hex[:10]}"
+    data = json.dumps(figure["figure"]).replace("</", "<\\/")
+    return (
+        f'<div class="plot" id="{div}"></div>'
+        f'<script type="application/json" class="kiln-figure" data-div="{div}" data-target="{escape(target)}" '
+        f'data-x="{escape(figure["x"])}" data-y="{escape(figure["y"])}">{data}</script>'
+    )
+
+
+def _figures(rows: list[dict[str, Any]], select: dict[str, Any]) -> list[dict[str, Any]]:
+    """One figure per constraint metric other than the objective (the objective against the
+    candidate number when there is none)."""
+    objective = select["objective"]["metric"]
+    metrics = list(dict.fromkeys(c["metric"] for c in select.get("constraints", []) if c["metric"] != objective))
+    return [{"x": x, "y": objective, "figure": _figure(rows, select, x)} for x in metrics or ["#"]]
+
+
+_GROUPS = (
+    ("chosen", lambda c: c.get("chosen"), {"symbol": "star", "size": 18, "color": "#d4a000", "line": {"width": 1, "color": "#000"}}),
+    ("reference", lambda c: c.get("reference") and not c.get("chosen"), {"symbol": "diamond", "size": 12, "color": "#555"}),
+    ("pareto front", lambda c: c.get("pareto") and not c.get("chosen") and not c.get("reference"), {"size": 10, "color": "#1f77b4"}),
+    ("other", lambda c: not (c.get("chosen") or c.get("reference") or c.get("pareto")), {"size": 9, "color": "#aaa"}),
+)
+
+
+def _value(candidate: dict[str, Any], metric: str) -> float | None:
+    if metric == "#":
+        return float(candidate["id"].split("/")[-1])
+    value = candidate.get("metrics", {}).get(metric)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _error_bars(members: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    plus, minus = [], []
+    for candidate in members:
+        interval, value = (candidate.get("intervals") or {}).get(metric), _value(candidate, metric)
+        plus.append(max(0.0, interval["high"] - value) if interval and value is not None else 0.0)
+        minus.append(max(0.0, value - interval["low"]) if interval and value is not None else 0.0)
+    if not any(plus) and not any(minus):
+        return None
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True}
+
+
+def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[str, Any]:
+    import plotly.graph_objects as go
+
+    objective = select["objective"]["metric"]
+    placed = [c for c in rows if c.get("state") == "complete" and _value(c, x) is not None and _value(c, objective) is not None]
+    figure = go.Figure()
+    for name, member, marker in _GROUPS:
+        members = [c for c in placed if member(c)]
+        if not members:
+            continue
+        figure.add_trace(
+            go.Scatter(
+                x=[_value(c, x) for c in members],
+                y=[_value(c, objective) for c in members],
+                mode="markers",
+                name=name,
+                marker=marker,
+                text=[f"{c['id']} {c['path']}" for c in members],
+                customdata=[c["id"] for c in members],
+                hovertemplate="%{text}<br>" + f"{x}: %{{x}}<br>{objective}: %{{y}}<extra>{name}</extra>",
+                error_x=_error_bars(members, x) if x != "#" else None,
+                error_y=_error_bars(members, objective),
+            )
+        )
+    reference = next((c for c in rows if c.get("reference")), None)
+    for constraint in select.get("constraints", []):
+        for label, bound in _bounds(constraint, reference):
+            line = {"line_dash": "dash", "line_color": "#d62728", "annotation_text": f"{constraint['metric']} {label}"}
+            if constraint["metric"] == x:
+                figure.add_vline(x=bound, **line)
+            elif constraint["metric"] == objective:
+                figure.add_hline(y=bound, **line)
+    goal = select["objective"].get("goal", "min")
+    figure.update_layout(
+        title=f"{objective} ({'lower' if goal == 'min' else 'higher'} is better) against {'candidate' if x == '#' else x}",
+        xaxis_title="candidate" if x == "#" else x,
+        yaxis_title=objective,
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    )
+    return json.loads(figure.to_json())
+
+
+def _bounds(constraint: dict[str, Any], reference: dict[str, Any] | None) -> list[tuple[str, float]]:
+    """The constraint's bounds as values of its metric (drops measured from the reference's value)."""
+    bounds = [(f"≥ {constraint['min']:g}", constraint["min"])] if constraint.get("min") is not None else []
+    if constraint.get("max") is not None:
+        bounds.append((f"≤ {constraint['max']:g}", constraint["max"]))
+    base = _value(reference, constraint["metric"]) if reference else None
+    if base is not None and constraint.get("max_drop") is not None:
+        bounds.append((f"drop ≤ {constraint['max_drop']:g}", base - constraint["max_drop"]))
+    if base is not None and constraint.get("max_drop_ratio") is not None:
+        bounds.append((f"drop ≤ {constraint['max_drop_ratio']:.1%}", base * (1 - constraint["max_drop_ratio"])))
+    return bounds
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _metric_cell(candidate: dict[str, Any], metric: str) -> str:
+    value = _value(candidate, metric)
+    if value is None:
+        return '<td data-v="">—</td>'
+    interval = (candidate.get("intervals") or {}).get(metric)
+    spread = f' <span class="muted">[{_number(interval["low"])}, {_number(interval["high"])}]</span>' if interval else ""
+    return f'<td data-v="{value!r}">{_number(value)}{spread}</td>'
+
+
+def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
+    objective = (select.get("objective") or {}).get("metric")
+    metrics = list(dict.fromkeys([m for m in [objective] if m] + [c["metric"] for c in select.get("constraints", [])]))
+    head = ["#", "path", "state", *metrics, "pareto", "why"]
+    lines = ['<table class="sortable candidates"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for c in rows:
+        state = "★ chosen" if c.get("chosen") else c.get("state", "")
+        why = "; ".join(c.get("violations") or []) or c.get("verdict") or c.get("reason") or ""
+        css = "chosen" if c.get("chosen") else "failed" if c.get("state") == "failed" else ""
+        number = c["id"].split("/")[-1]
+        path = escape(c["path"]) + (' <span class="muted">(reference)</span>' if c.get("reference") else "")
+        lines.append(
+            f'<tr class="{css}" data-candidate="{escape(c["id"])}"><td data-v="{escape(number)}">{escape(number)}</td><td>{path}</td>'
+            f"<td>{escape(state)}</td>"
+            + "".join(_metric_cell(c, m) for m in metrics)
+            + f"<td>{'yes' if c.get('pareto') else ''}</td><td>{escape(why)}</td></tr>"
+        )
+    return "\n".join([*lines, "</tbody></table>"])
+
+
+_CACHE = {"hit": "cache hit", "ran": "cache miss: ran", "shared": "built meanwhile by another run", "pending": "never reached"}
+
+
+def _lineage(rows: list[dict[str, Any]]) -> str:
+    """Each candidate's chain of passes from the input model; a job several candidates share
+    (one node of the run's DAG) names the others."""
+    users: dict[str, list[str]] = {}
+    for c in rows:
+        for step in c.get("steps", []):
+            users.setdefault(step.get("key") or "", []).append(c["id"].split("/")[-1])
+    parts = []
+    for c in rows:
+        steps = ["<li>input model</li>"]
+        for step in c.get("steps", []):
+            status = step.get("status", "")
+            seconds = f" in {step['seconds']:.2f} s" if isinstance(step.get("seconds"), int | float) else ""
+            config = {k: v for k, v in (step.get("config") or {}).items() if v not in (None, [], {})}
+            steps.append(
+                f'<li class="step" data-step="{escape(step["step"])}" data-status="{escape(status)}"><b>{escape(step["step"])}</b> '
+                f"({escape(step['pass'])}) · {escape(_CACHE.get(status, status))}{seconds}"
+                f" · digest <code>{escape((step.get('digest') or '—')[:16])}</code> · key <code>{escape((step.get('key') or '—')[:16])}</code>"
+                + _shared(users.get(step.get("key") or "", []), c["id"].split("/")[-1])
+                + (f'<br><span class="error">{escape(step["error"])}</span>' if step.get("error") else "")
+                + f"<details><summary>config</summary><pre>{escape(json.dumps(config, indent=1))}</pre></details></li>"
+            )
+        evaluations = ", ".join(
+            f"{escape(e)} <code>{escape((v.get('key') or '')[:12])}</code>" for e, v in (c.get("evaluations") or {}).items()
+        )
+        parts.append(
+            f'<details class="lineage" data-candidate="{escape(c["id"])}"{" open" if c.get("chosen") else ""}>'
+            f"<summary>{escape(c['id'])} {escape(c['path'])} → model <code>{escape((c.get('model_digest') or '—')[:16])}</code></summary>"
+            f'<ol class="lineage">{"".join(steps)}</ol><p class="muted">evaluations: {evaluations or "none"}</p></details>'
+        )
+    return "\n".join(parts)
+
+
+def _shared(users: list[str], own: str) -> str:
+    others = [f"#{n}" for n in users if n != own]
+    return f" · shared with {', '.join(others)}" if others else ""
+
+
+def _failures(records: dict[str, Any]) -> str:
+    document = records["candidates"]
+    items = [
+        f"<li>candidate <b>{escape(c['id'])}</b> ({escape(c['path'])}): {escape(c.get('reason') or 'failed')}</li>"
+        for c in document.get("candidates", [])
+        if c.get("state") == "failed"
+    ]
+    for c in document.get("candidates", []):
+        items += [
+            f"<li>step <b>{escape(step['step'])}</b> of {escape(c['id'])} ({escape(c['path'])}): {escape(str(step['error']))}</li>"
+            for step in c.get("steps", [])
+            if step.get("error")
+        ]
+    items += [
+        f"<li>target <b>{escape(t)}</b> skipped: {escape(str(why))}</li>" for t, why in (document.get("skipped_targets") or {}).items()
+    ]
+    items += [f"<li class='muted'>note: {escape(str(note))}</li>" for note in document.get("notes") or []]
+    return '<section id="failures"><h2>failures</h2>' + (f"<ul>{''.join(items)}</ul>" if items else "<p>none</p>") + "</section>"
+
+
+def _environment(lock: dict[str, Any]) -> str:
+    host, accelerators = lock.get("host") or {}, lock.get("accelerators") or {}
+    rows = [
+        ("engine", lock.get("engine")),
+        ("python", lock.get("python")),
+        ("platform", lock.get("platform")),
+        ("CPU", f"{host.get('cpu', '?')} ({host.get('machine', '?')}, {host.get('cores', '?')} cores)"),
+        ("ISA flags", ", ".join(host.get("isa") or [])),
+        ("GPU", ", ".join(map(str, accelerators.get("nvidia") or [])) or "none"),
+        ("CUDA driver", accelerators.get("cuda_driver") or "none"),
+        ("accelerator libraries", ", ".join(map(str, accelerators.get("libraries") or [])) or "none"),
+        ("workflow", f"{(lock.get('workflow') or {}).get('file', '?')} sha256 {(lock.get('workflow') or {}).get('sha256', '?')}"),
+        ("input", f"{(lock.get('input') or {}).get('format', '?')} {(lock.get('input') or {}).get('digest', '?')}"),
+    ]
+    libraries = lock.get("libraries") if isinstance(lock.get("libraries"), dict) else {}
+    rows += [(f"library {name}", version or "not installed") for name, version in sorted(libraries.items())]
+    rows += [(f"target {t}", f"available: {v.get('available')} {v.get('reason') or ''}") for t, v in (lock.get("targets") or {}).items()]
+    cells = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    return f'<section id="environment"><h2>environment</h2><table class="environment">{cells}</table></section>'
