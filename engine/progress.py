@@ -28,15 +28,20 @@ class _Counts:
     jobs_failed: int = 0
     evals_done: int = 0
     evals_cached: int = 0
+    evals_failed: int = 0
     candidates: int = 0
     running: dict[str, float] = field(default_factory=dict)  # job label -> when it started
+    evaluating: dict[str, float] = field(default_factory=dict)  # "candidate evaluation" -> when it started
+
+    def left(self) -> str:
+        return f", {max(0, self.total - self.candidates)} left" if self.total is not None else ""
 
     def text(self) -> str:
-        left = f" · {max(0, self.total - self.candidates)} left" if self.total is not None else ""
         failed = f", [red]{self.jobs_failed} failed[/red]" if self.jobs_failed else ""
+        evals_failed = f", [red]{self.evals_failed} failed[/red]" if self.evals_failed else ""
         return (
             f"jobs {self.jobs_done} done, {len(self.running)} running, {self.jobs_cached} cached{failed} · "
-            f"evaluations {self.evals_done} run, {self.evals_cached} cached{left}"
+            f"evaluations {self.evals_done} run, {len(self.evaluating)} running, {self.evals_cached} cached{evals_failed}"
         )
 
 
@@ -59,7 +64,7 @@ class LiveProgress(Hooks):
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=24),
             MofNCompleteColumn(),
-            TextColumn("candidates · {task.fields[counts]}"),
+            TextColumn("candidates{task.fields[left]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -88,16 +93,17 @@ class LiveProgress(Hooks):
         return self.targets[name]
 
     def _update(self, counts: _Counts) -> None:
-        self.bars.update(counts.task, completed=counts.candidates, total=counts.total, counts=counts.text())
+        self.bars.update(counts.task, completed=counts.candidates, total=counts.total, left=counts.left())
 
     def _say(self, text: str) -> None:
         self.bars.console.print(text)
 
     def lines(self) -> list[RenderableType]:
-        """The job running longest (with its elapsed time) and each target's best so far."""
+        """Per target its counts, the job or evaluation running longest (with its elapsed time), and
+        each target's best so far."""
         with self._lock:
-            out: list[RenderableType] = []
-            running = [(started, label) for counts in self.targets.values() for label, started in counts.running.items()]
+            out: list[RenderableType] = [f"  [dim]{target}:[/dim] {counts.text()}" for target, counts in self.targets.items()]
+            running = [(t, label) for c in self.targets.values() for label, t in [*c.running.items(), *c.evaluating.items()]]
             if running:
                 started, label = min(running)
                 more = f" [dim](+{len(running) - 1} more)[/dim]" if len(running) > 1 else ""
@@ -105,7 +111,7 @@ class LiveProgress(Hooks):
             for target, result in self.best.items():
                 value = result.metrics[self.objective]
                 out.append(
-                    f"best so far on {target}: {escape(result.label)} ({self.objective} {value:.4g}) [dim]constraints are judged at the end[/dim]"
+                    f"best so far on {target}: {escape(result.label)} ({self.objective} {value:.4g}) [dim](before constraints)[/dim]"
                 )
             return out
 
@@ -113,7 +119,7 @@ class LiveProgress(Hooks):
         with self._lock:
             self.current = target
             if target not in self.targets:
-                task = self.bars.add_task(target, total=candidates, counts="")
+                task = self.bars.add_task(target, total=candidates, left="")
                 self.targets[target] = _Counts(task, candidates)
             self._update(self.targets[target])
 
@@ -150,19 +156,25 @@ class LiveProgress(Hooks):
         text = (error or "").strip().splitlines()
         self._say(f"[red]fail[/red]  {escape(job.label)}: {escape(text[0] if text else '')}")
 
+    def eval_started(self, candidate: str, evaluation: str) -> None:
+        with self._lock:
+            self._counts(_target_of(candidate)).evaluating[f"{candidate} {evaluation}"] = self.clock()
+
     def eval_cached(self, candidate: str, evaluation: str) -> None:
         self._eval(candidate, "evals_cached")
 
     def eval_done(self, candidate: str, evaluation: str, status: str, seconds: float | None) -> None:
-        self._eval(candidate, "evals_done")
+        self._eval(candidate, "evals_done", evaluation)
 
-    def _eval(self, candidate: str, field_name: str) -> None:
+    def _eval(self, candidate: str, field_name: str, evaluation: str = "") -> None:
         with self._lock:
-            counts = self._counts(candidate.split("/")[0] if "/" in candidate else None)
+            counts = self._counts(_target_of(candidate))
+            counts.evaluating.pop(f"{candidate} {evaluation}", None)
             setattr(counts, field_name, getattr(counts, field_name) + 1)
             self._update(counts)
 
     def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:
+        self._eval(candidate, "evals_failed", evaluation)
         text = (error or "").strip().splitlines()
         self._say(f"[red]fail[/red]  {escape(candidate)} {escape(evaluation)}: {escape(text[0] if text else '')}")
 
@@ -180,6 +192,10 @@ class LiveProgress(Hooks):
 
     def budget_reached(self, target: str, reason: str) -> None:
         self._say(f"[dim]{target}: search stops ({reason})[/dim]")
+
+
+def _target_of(candidate: str) -> str | None:
+    return candidate.split("/")[0] if "/" in candidate else None
 
 
 def live_progress(console: Console, resolved: Any) -> LiveProgress:

@@ -58,9 +58,14 @@ def test_live_progress_shows_counts_eta_running_job_and_best_so_far():
     clock.now += 7.5
     out = _render(progress)
     assert "cpu" in out and "3/4" in out
-    assert "jobs 1 done, 1 running, 1 cached" in out and "evaluations 1 run, 1 cached · 1 left" in out
-    assert "ETA" in out and "0:00:" in out  # 3 of 4 in 11.5 s: a few seconds left
+    assert "jobs 1 done, 1 running, 1 cached" in out and "evaluations 1 run, 0 running, 1 cached" in out
+    assert "3/4 candidates, 1 left" in out and "ETA" in out and "0:00:" in out  # 3 of 4 in 11.5 s: a few seconds left
     assert "running int8 b for 7.5 s" in out
+    progress.eval_started("cpu/3", "latency")
+    clock.now += 1.0
+    assert "running int8 b for 8.5 s (+1 more)" in _render(progress)
+    progress.eval_failed("cpu/3", "latency", "no session")
+    assert "1 failed" in _render(progress) and "+1 more" not in _render(progress)
     assert "best so far on cpu: int8(per_channel=1) (latency.p50_ms 3.5)" in out  # the failed one does not count
     progress.job_failed(_job("int8 b"), "boom\ntrace")
     assert "fail  int8 b: boom" in console.file.getvalue()  # type: ignore[attr-defined]
@@ -82,3 +87,32 @@ def test_line_mode_and_events_are_unchanged_by_the_new_hook(tmp_path, monkeypatc
         events.target_started("cpu", 3)
         events.job_started(_job("int8 a"))
     assert [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()] == ["job_start"]
+
+
+def test_a_run_announces_each_target_with_the_candidates_it_processes(tmp_path, tiny_onnx):
+    from engine_helpers import tiny_workflow, write_workflow
+
+    from engine.hooks import Hooks
+    from engine.run import run_workflow
+    from engine.store import Store
+    from engine.workflow import load_workflow
+
+    class Record(Hooks):
+        def __init__(self) -> None:
+            self.started: list[tuple[str, int | None]] = []
+            self.done = 0
+
+        def target_started(self, target: str, candidates: int | None) -> None:
+            self.started.append((target, candidates))
+
+        def candidate_done(self, result, measured):  # type: ignore[no-untyped-def]
+            self.done += 1
+
+    workflow = tiny_workflow(
+        tiny_onnx,
+        evaluate=[{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}],
+        select={"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}},
+    )
+    record = Record()
+    run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), record)
+    assert record.started == [("cpu", 3)] and record.done == 3  # the reference and the two per_channel points
