@@ -174,8 +174,9 @@ def target_sections() -> list[Section]:
             cls = registry.load("targets", name)
             rows = cls.host_report()
             if not rows:
-                availability = cls(cls.Config(id="doctor", runtime=name)).availability()
-                rows = [("default device", availability.ok, availability.reason or "runs here")]
+                target = cls(cls.Config(id="doctor", runtime=name))
+                availability = target.availability()
+                rows = [(f"device {getattr(target.config, 'device', 'default')}", availability.ok, availability.reason or "runs here")]
         except (KilnError, ValueError) as error:
             sections.append(Section(f"target {name}", [("missing", str(error))]))
             continue
