@@ -5,6 +5,7 @@ engine.workflow. Heavy libraries load only inside the command that needs them, s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -49,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="hash every object and check every record of a store; --repair removes the damaged ones")
     verify.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
     verify.add_argument("--repair", action="store_true", help="remove damaged objects and bad records (the next run recomputes them)")
+
+    doctor = sub.add_parser("doctor", help="what this machine offers Kiln, and per target kind what is missing and how to add it")
+    doctor.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
 
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
@@ -113,6 +117,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _cmd_plan(args)
     if args.command == "verify":
         return _cmd_verify(args)
+    if args.command == "doctor":
+        from engine.doctor import print_doctor
+
+        print_doctor(_plain_store_root(args))
+        return EXIT_OK
     if args.command == "schema":
         from engine.schema_doc import full_schema
 
@@ -223,16 +232,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plain_store_root(args: argparse.Namespace) -> Path:
+    """The store a command without a workflow uses: --store, else $KILN_STORE, else ~/.cache/kiln."""
+    if args.store:
+        return Path(args.store)
+    if os.environ.get("KILN_STORE"):
+        return Path(os.environ["KILN_STORE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from engine.store import Store
     from engine.verify import verify_store
 
-    if args.store:
-        root = args.store
-    elif os.environ.get("KILN_STORE"):
-        root = Path(os.environ["KILN_STORE"]).expanduser()
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+    root = _plain_store_root(args)
     if not (root / "objects").is_dir() and not (root / "keys").is_dir():
         raise InputError([Problem(where="--store", message="is not a Kiln store (no objects/ or keys/ folder)", given=str(root))])
     report = verify_store(Store(root), repair=args.repair)
@@ -255,7 +268,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from engine.emit import check_output_dir, write_outputs
     from engine.hooks import EventLog, Fanout
-    from engine.report import Progress, print_summary
+    from engine.progress import live_progress
+    from engine.report import Progress, console, print_summary
     from engine.run import run_workflow
     from engine.workflow import load_workflow
 
@@ -271,8 +285,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from engine.ray_executor import RayExecutor
 
         executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
-    with EventLog(output / "events.jsonl") as events:
-        hooks = Fanout(events, Progress(quiet=args.quiet))
+    live = None if args.quiet or not console.is_terminal else live_progress(console, resolved)  # CI logs keep lines
+    with EventLog(output / "events.jsonl") as events, live or contextlib.nullcontext():
+        hooks = Fanout(events, live or Progress(quiet=args.quiet))
         report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
     write_outputs(report, output)
     print_summary(report)

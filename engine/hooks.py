@@ -59,6 +59,10 @@ class Hooks:
     def candidate_done(self, result: CandidateResult, measured: bool) -> None:
         """A candidate is complete, failed or pruned (``measured``: it reached its evaluations)."""
 
+    def target_started(self, target: str, candidates: int | None) -> None:
+        """The search of a target begins; ``candidates``: how many it expects to process at most
+        (None: unknown, e.g. a float range without ``search.max_candidates``)."""
+
     def budget_reached(self, target: str, reason: str) -> None:
         """The search of a target stops before its space is exhausted."""
 

@@ -20,6 +20,7 @@ from engine.jobs import PassSpec
 from engine.plan_status import BLOCKED, HIT, MISS, PlanStatus
 from engine.results import CandidateResult, RunReport
 from engine.select import ranking_metric, under_load
+from engine.typetext import type_text
 
 # A pipe or a CI log has no width: give tables room instead of folding every cell.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
@@ -303,7 +304,7 @@ def print_plugin(kind: str, cls: Any) -> None:
     for option, info in cls.Config.model_fields.items():
         if option in ("id", "runtime", "source"):
             continue
-        annotation = str(without_markers(info.annotation)).replace("typing.", "")
+        annotation = type_text(without_markers(info.annotation))
         default = "required" if info.is_required() else json.dumps(info.get_default(call_default_factory=True), default=str)
         table.add_row(escape(option), escape(annotation), escape(default), escape(info.description or ""))
     console.print(table)

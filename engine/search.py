@@ -120,9 +120,17 @@ class TargetSearch:
             return [self.runner.process(candidates[0])]
         return list(self.pool.map(self.runner.process, candidates))
 
+    def expected(self, has_reference: bool) -> int | None:
+        """At most how many candidates this search processes (None: unknown), for progress."""
+        size = self.space.size()
+        total = None if size is None else size + int(has_reference)
+        cap = self.spec.max_candidates
+        return cap if total is None else (total if cap is None else min(total, cap))
+
     def run(self) -> None:
         plan = self.runner.plan
         reference = plan.reference(self.target)
+        self.runner.hooks.target_started(self.target, self.expected(reference is not None))
         if reference is not None:
             self.process_all([reference])
         sampler = self.sampler()

@@ -171,3 +171,30 @@ def test_sigterm_with_parallel_workers_kills_them_instead_of_waiting(tmp_path, t
     assert process.returncode == 130, err
     assert time.perf_counter() - started < 15  # not the 40 s the passes would sleep
     assert list(staging.iterdir()) == []
+
+
+def test_option_types_are_printed_as_written_in_a_workflow(capsys):
+    from typing import Annotated, Any, Literal, Optional
+
+    from engine.typetext import type_text
+
+    expected = {
+        bool: "bool",
+        int | None: "int | null",
+        Optional[float]: "float | null",  # noqa: UP045 - the old spelling is read the same
+        list[str]: "list[str]",
+        tuple[int, ...]: "list[int]",
+        dict[str, float]: "dict[str, float]",
+        Literal["a", "b"]: '"a" | "b"',
+        Literal["a"] | None: '"a" | null',
+        Annotated[int, "marker"]: "int",
+        list[int] | int | None: "list[int] | int | null",
+        Any: "any",
+    }
+    assert {annotation: type_text(annotation) for annotation in expected} == expected
+    for command in (["passes", "ort_quantize"], ["evaluators", "latency"], ["targets", "onnxruntime"]):
+        assert main(command) == 0
+        out = capsys.readouterr().out
+        assert "<class" not in out and "Literal[" not in out and "typing." not in out, command
+    assert main(["targets", "onnxruntime"]) == 0
+    assert '"cpu" | "cuda"' in capsys.readouterr().out
