@@ -50,6 +50,18 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
     verify.add_argument("--repair", action="store_true", help="remove damaged objects and bad records (the next run recomputes them)")
 
+    runs = sub.add_parser("runs", help="list the runs recorded in a store's history")
+    runs.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    runs.add_argument("--limit", "-n", type=int, default=20, help="the N latest runs (0: all)")
+    show = sub.add_parser("show", help="the summary of a past run; --html writes its report.html again")
+    show.add_argument("run", help="a run id, a unique prefix of one, or 'last'")
+    show.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    show.add_argument("--html", type=Path, nargs="?", const=Path("report.html"), help="write the run's report to this file")
+    compare = sub.add_parser("compare", help="what changed between two runs: workflow, versions, host, candidates, metrics, choice")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
         what = "data sources" if kind == "data" else kind
@@ -113,6 +125,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _cmd_plan(args)
     if args.command == "verify":
         return _cmd_verify(args)
+    if args.command in ("runs", "show", "compare"):
+        return _cmd_history(args)
     if args.command == "schema":
         from engine.schema_doc import full_schema
 
@@ -223,16 +237,37 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _given_store(args: argparse.Namespace) -> Path:
+    """The store a command without a workflow works on: --store, $KILN_STORE, ~/.cache/kiln."""
+    if args.store:
+        return Path(args.store)
+    if os.environ.get("KILN_STORE"):
+        return Path(os.environ["KILN_STORE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from engine import history_view
+    from engine.history import open_history
+
+    history = open_history(_given_store(args))
+    if args.command == "runs":
+        history_view.print_runs(history, args.limit or None)
+    elif args.command == "compare":
+        history_view.print_compare(history, history.find(args.run_a), history.find(args.run_b))
+    else:
+        run = history.find(args.run)
+        history_view.print_show(history, run)
+        if args.html:
+            print(f"wrote {history_view.write_html_again(run, args.html)}")
+    return EXIT_OK
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from engine.store import Store
     from engine.verify import verify_store
 
-    if args.store:
-        root = args.store
-    elif os.environ.get("KILN_STORE"):
-        root = Path(os.environ["KILN_STORE"]).expanduser()
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln"
+    root = _given_store(args)
     if not (root / "objects").is_dir() and not (root / "keys").is_dir():
         raise InputError([Problem(where="--store", message="is not a Kiln store (no objects/ or keys/ folder)", given=str(root))])
     report = verify_store(Store(root), repair=args.repair)
@@ -271,14 +306,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from engine.ray_executor import RayExecutor
 
         executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
-    with EventLog(output / "events.jsonl") as events:
-        hooks = Fanout(events, Progress(quiet=args.quiet))
-        report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
-    write_outputs(report, output)
-    print_summary(report)
-    runnable = [t for t in resolved.targets.values() if t.availability.ok]
-    chosen = report.chosen()
-    return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+
+    def execute() -> int:
+        with EventLog(output / "events.jsonl") as events:
+            hooks = Fanout(events, Progress(quiet=args.quiet))
+            report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
+        write_outputs(report, output)
+        print_summary(report)
+        runnable = [t for t in resolved.targets.values() if t.availability.ok]
+        chosen = report.chosen()
+        return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+
+    return _recorded(store, resolved, output, execute)
+
+
+def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
+    """Run ``execute`` recorded in the store's history: as running first, then with its end."""
+    from engine.core.hashing import sha256_file
+    from engine.history import History
+
+    history = History(store.root)
+    run_id = history.start(resolved.file, sha256_file(resolved.file), resolved.name, list(resolved.targets), output, __version__)
+    started, status, code = time.perf_counter(), "failed", EXIT_BUG
+    try:
+        code = execute()
+        status = "ok" if code == EXIT_OK else "no-choice"
+        return code
+    except KeyboardInterrupt:
+        status, code = "interrupted", EXIT_INTERRUPTED
+        raise
+    except KilnError:
+        code = EXIT_BAD_INPUT
+        raise
+    finally:
+        history.finish(run_id, status, code, time.perf_counter() - started, output if status in ("ok", "no-choice") else None)
 
 
 def _is_workflow_file(name: str) -> bool:
