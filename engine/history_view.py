@@ -103,7 +103,9 @@ def compare(history: History, a: RunRow, b: RunRow) -> list[str]:
     """What changed from run ``a`` to run ``b``, one line each."""
     lines = []
     if a["workflow_digest"] != b["workflow_digest"] or a["workflow_path"] != b["workflow_path"]:
-        lines.append(f"workflow: {a['workflow_path']} ({_short(a['workflow_digest'])}) → {b['workflow_path']} ({_short(b['workflow_digest'])})")
+        lines.append(
+            f"workflow: {a['workflow_path']} ({_short(a['workflow_digest'])}) → {b['workflow_path']} ({_short(b['workflow_digest'])})"
+        )
     if a["kiln_version"] != b["kiln_version"]:
         lines.append(f"kiln: {a['kiln_version']} → {b['kiln_version']}")
     env_a, env_b = history.environment(a.id), history.environment(b.id)
