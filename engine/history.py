@@ -102,7 +102,8 @@ class RunRow:
 class History:
     def __init__(self, store_root: Path) -> None:
         self.path = Path(store_root) / HISTORY_NAME
-        self.engine = sa.create_engine(f"sqlite:///{self.path}")
+        # runs sharing a store write their rows one short transaction at a time: wait for the lock
+        self.engine = sa.create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 30})
         _meta.create_all(self.engine)
 
     # -- writing ----------------------------------------------------------------------------
