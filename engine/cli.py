@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="what changed between two runs: workflow, versions, host, candidates, metrics, choice")
     compare.add_argument("run_a")
     compare.add_argument("run_b")
+    compare.add_argument("--all-metrics", action="store_true", help="every metric that changed, not only those with an interval")
     compare.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
 
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
@@ -254,7 +255,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if args.command == "runs":
         history_view.print_runs(history, args.limit or None)
     elif args.command == "compare":
-        history_view.print_compare(history, history.find(args.run_a), history.find(args.run_b))
+        history_view.print_compare(history, history.find(args.run_a), history.find(args.run_b), args.all_metrics)
     else:
         run = history.find(args.run)
         history_view.print_show(history, run)

@@ -165,7 +165,8 @@ class History:
                         message=why,
                         expected="a run id, a unique prefix of one, or 'last'",
                         given=ref,
-                        hint=f"`engine runs` lists the runs of {self.path.parent}",
+                        hint=f"`engine runs --store {self.path.parent}` lists them",
+                        file=str(self.path),
                     )
                 ]
             )
@@ -267,7 +268,7 @@ def _float(value: Any) -> float | None:
 
 def _host_summary(lock: dict[str, Any]) -> str:
     host = lock.get("host") or {}
-    parts = [str(host.get(k)) for k in ("cpu", "model", "cores") if host.get(k)]
+    parts = [str(host[k]) for k in ("cpu", "machine") if host.get(k)] + ([f"{host['cores']} cores"] if host.get("cores") else [])
     return ", ".join(parts) or str(lock.get("platform") or "")
 
 

@@ -66,11 +66,13 @@ def print_show(history: History, run: RunRow) -> None:
     console.print(f"  workflow sha256 {run['workflow_digest'] or '-'}; output {escape(str(run['output_dir']))}")
     found = history.metrics(run.id)
     choices = history.choices(run.id)
-    table = Table(title="candidates")
+    table = Table(title="candidates (metrics with an interval: those selection weighs)")
     for column in ("target", "candidate", "state", "feasible", "chosen", "metrics"):
         table.add_column(column)
     for c in history.candidates(run.id):
-        shown = "; ".join(_metric(m, found[(c["id"], m)]) for (cid, m) in found if cid == c["id"])
+        own = {m: value for (cid, m), value in found.items() if cid == c["id"]}
+        ranked = {m: v for m, v in own.items() if v["low"] is not None} or own  # those selection weighs: with an interval
+        shown = "; ".join(_metric(m, v) for m, v in ranked.items())
         table.add_row(c["target"], escape(c["id"]), c["state"] or "-", str(c["feasible"]), "yes" if c["chosen"] else "", escape(shown))
     console.print(table)
     for target, choice in choices.items():
@@ -99,8 +101,9 @@ def write_html_again(run: RunRow, path: Path) -> Path:
     return path
 
 
-def compare(history: History, a: RunRow, b: RunRow) -> list[str]:
-    """What changed from run ``a`` to run ``b``, one line each."""
+def compare(history: History, a: RunRow, b: RunRow, all_metrics: bool = False) -> list[str]:
+    """What changed from run ``a`` to run ``b``, one line each; of the metrics, those with an
+    interval (those selection weighs) unless ``all_metrics``."""
     lines = []
     if a["workflow_digest"] != b["workflow_digest"] or a["workflow_path"] != b["workflow_path"]:
         lines.append(
@@ -114,7 +117,7 @@ def compare(history: History, a: RunRow, b: RunRow) -> list[str]:
         for name in sorted(set(old) | set(new)):
             if old.get(name) != new.get(name):
                 lines.append(f"{kind} {name}: {old.get(name, '(absent)')} → {new.get(name, '(absent)')}")
-    lines += _candidate_changes(history, a, b)
+    lines += _candidate_changes(history, a, b, all_metrics)
     choice_a, choice_b = history.choices(a.id), history.choices(b.id)
     for target in sorted(set(choice_a) | set(choice_b)):
         before, after = (choice_a.get(target) or {}).get("candidate"), (choice_b.get(target) or {}).get("candidate")
@@ -122,7 +125,7 @@ def compare(history: History, a: RunRow, b: RunRow) -> list[str]:
     return lines
 
 
-def _candidate_changes(history: History, a: RunRow, b: RunRow) -> list[str]:
+def _candidate_changes(history: History, a: RunRow, b: RunRow, all_metrics: bool) -> list[str]:
     lines = []
     cands_a = {c["id"]: c for c in history.candidates(a.id)}
     cands_b = {c["id"]: c for c in history.candidates(b.id)}
@@ -135,6 +138,8 @@ def _candidate_changes(history: History, a: RunRow, b: RunRow) -> list[str]:
     for key in sorted(metrics_a.keys() & metrics_b.keys()):
         old, new = metrics_a[key], metrics_b[key]
         if old["value"] == new["value"] and old["low"] == new["low"] and old["high"] == new["high"]:
+            continue
+        if not all_metrics and old["low"] is None and new["low"] is None:
             continue
         lines.append(f"metric {key[0]} {_metric(key[1], old)} → {_metric(key[1], new)}{_overlap(old, new)}")
     return sorted(lines, key=lambda line: (not line.startswith("candidate"), line))
@@ -152,9 +157,9 @@ def _short(digest: str | None) -> str:
     return digest[:12] if digest else "-"
 
 
-def print_compare(history: History, a: RunRow, b: RunRow) -> None:
+def print_compare(history: History, a: RunRow, b: RunRow, all_metrics: bool = False) -> None:
     console.print(f"[bold]{a.id}[/bold] ({_when(a['started'])}) → [bold]{b.id}[/bold] ({_when(b['started'])})")
-    lines = compare(history, a, b)
+    lines = compare(history, a, b, all_metrics)
     for line in lines:
         console.print(f"  {escape(line)}")
     if not lines:

@@ -64,7 +64,10 @@ def test_compare_shows_what_changed(two_runs: dict[str, Any], capsys: pytest.Cap
     assert code == 0
     assert "workflow:" in out  # another file, another digest
     assert "candidate removed:" in out and "per_channel" in out.split("candidate removed:")[1].splitlines()[0]
-    assert "metric " in out and "latency.p50_ms" in out
+    assert "metric " in out and "latency.p50_ms" in out and "intervals " in out  # with whether the intervals overlap
+    assert "latency.mean_ms" not in out  # no interval: shown with --all-metrics only
+    code, out, _ = _cli(capsys, "compare", a, b, "--all-metrics", "--store", str(two_runs["store"]))
+    assert code == 0 and "latency.mean_ms" in out
     assert "choice cpu:" in out
 
 
