@@ -323,11 +323,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
     """Run ``execute`` recorded in the store's history: as running first, then with its end."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from engine.core.hashing import sha256_file
     from engine.history import History
 
-    history = History(store.root)
-    run_id = history.start(resolved.file, sha256_file(resolved.file), resolved.name, list(resolved.targets), output, __version__)
+    try:
+        history = History(store.root)
+        run_id = history.start(resolved.file, sha256_file(resolved.file), resolved.name, list(resolved.targets), output, __version__)
+    except SQLAlchemyError as error:  # a damaged history does not stop the run: it goes unrecorded
+        print(f"warning: this run is not recorded in the history of {store.root}: {error}", file=sys.stderr)
+        return int(execute())
     started, status, code = time.perf_counter(), "failed", EXIT_BUG
     try:
         code = execute()

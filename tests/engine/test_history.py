@@ -108,3 +108,13 @@ def test_a_killed_run_shows_as_interrupted(tmp_path: Path, capsys: pytest.Captur
     assert os.getpid() == history.find(alive).row["pid"]
     code, out, _ = _cli(capsys, "runs", "--store", str(tmp_path))
     assert code == 0 and "interrupted" in out
+
+
+def test_a_damaged_history_does_not_stop_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import _recorded
+    from engine.store import Store
+
+    (tmp_path / "history.sqlite").write_bytes(b"not a database" * 100)
+    resolved = type("R", (), {"file": tmp_path / "history.sqlite", "name": "w", "targets": {"cpu": None}})()
+    assert _recorded(Store(tmp_path), resolved, tmp_path / "out", lambda: 0) == 0
+    assert "not recorded in the history" in capsys.readouterr().err
