@@ -54,6 +54,19 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="what this machine offers Kiln, and per target kind what is missing and how to add it")
     doctor.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
 
+    runs = sub.add_parser("runs", help="list the runs recorded in a store's history")
+    runs.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    runs.add_argument("--limit", "-n", type=int, default=20, help="the N latest runs (0: all)")
+    show = sub.add_parser("show", help="the summary of a past run; --html writes its report.html again")
+    show.add_argument("run", help="a run id, a unique prefix of one, or 'last'")
+    show.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+    show.add_argument("--html", type=Path, nargs="?", const=Path("report.html"), help="write the run's report to this file")
+    compare = sub.add_parser("compare", help="what changed between two runs: workflow, versions, host, candidates, metrics, choice")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--all-metrics", action="store_true", help="every metric that changed, not only those with an interval")
+    compare.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
+
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
         what = "data sources" if kind == "data" else kind
@@ -121,6 +134,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.doctor import print_doctor
 
         print_doctor(_plain_store_root(args))
+        return EXIT_OK
+    if args.command in ("runs", "show", "compare"):
+        from engine.history_view import command
+
+        command(args, _plain_store_root(args))
         return EXIT_OK
     if args.command == "schema":
         from engine.schema_doc import full_schema
@@ -286,14 +304,46 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
     live = None if args.quiet or not console.is_terminal else live_progress(console, resolved)  # CI logs keep lines
-    with EventLog(output / "events.jsonl") as events, live or contextlib.nullcontext():
-        hooks = Fanout(events, live or Progress(quiet=args.quiet))
-        report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
-    write_outputs(report, output)
-    print_summary(report)
-    runnable = [t for t in resolved.targets.values() if t.availability.ok]
-    chosen = report.chosen()
-    return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+
+    def execute() -> int:
+        with EventLog(output / "events.jsonl") as events, live or contextlib.nullcontext():
+            hooks = Fanout(events, live or Progress(quiet=args.quiet))
+            report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
+        write_outputs(report, output)
+        print_summary(report)
+        runnable = [t for t in resolved.targets.values() if t.availability.ok]
+        chosen = report.chosen()
+        return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+
+    return _recorded(store, resolved, output, execute)
+
+
+def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
+    """Run ``execute`` recorded in the store's history: as running first, then with its end."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from engine.core.hashing import sha256_file
+    from engine.history import History
+
+    try:
+        history = History(store.root)
+        run_id = history.start(resolved.file, sha256_file(resolved.file), resolved.name, list(resolved.targets), output, __version__)
+    except SQLAlchemyError as error:  # a damaged history does not stop the run: it goes unrecorded
+        print(f"warning: this run is not recorded in the history of {store.root}: {error}", file=sys.stderr)
+        return int(execute())
+    started, status, code = time.perf_counter(), "failed", EXIT_BUG
+    try:
+        code = execute()
+        status = "ok" if code == EXIT_OK else "no-choice"
+        return code
+    except KeyboardInterrupt:
+        status, code = "interrupted", EXIT_INTERRUPTED
+        raise
+    except KilnError:
+        code = EXIT_BAD_INPUT
+        raise
+    finally:
+        history.finish(run_id, status, code, time.perf_counter() - started, output if status in ("ok", "no-choice") else None)
 
 
 def _is_workflow_file(name: str) -> bool:

@@ -51,14 +51,16 @@ document.querySelectorAll('table.sortable th').forEach(function (th) {
 
 
 def write_report(output_dir: Path) -> Path:
-    """Write ``output_dir/report.html`` from the run's records in that folder (atomically: a
-    temporary file renamed into place); returns its path."""
-    records = read_records(output_dir)
-    page = render(records)
-    path = output_dir / REPORT_NAME
-    staging = output_dir / f".{REPORT_NAME}.{uuid.uuid4().hex[:8]}.tmp"
+    """Write ``output_dir/report.html`` from the run's records in that folder; returns its path."""
+    return write_page(read_records(output_dir), output_dir / REPORT_NAME)
+
+
+def write_page(records: dict[str, Any], path: Path) -> Path:
+    """Render ``records`` into ``path`` atomically (a temporary file beside it, renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        staging.write_text(page, encoding="utf-8")
+        staging.write_text(render(records), encoding="utf-8")
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
