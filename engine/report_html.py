@@ -11,6 +11,7 @@ plots are plotly figures; plotly.js is embedded inline, so the page opens withou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -154,7 +155,8 @@ def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, A
 
 
 def _figure_html(target: str, figure: dict[str, Any]) -> str:
-    div = f"plot-{uuid.uuid4().hex[:10]}"
+    # the same records give the same page (a report written again by `engine show --html` is identical)
+    div = "plot-" + hashlib.sha256(f"{target}\0{figure['x']}\0{figure['y']}".encode()).hexdigest()[:10]
     data = json.dumps(figure["figure"]).replace("</", "<\\/")
     return (
         f'<div class="plot" id="{div}"></div>'
