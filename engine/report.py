@@ -189,6 +189,8 @@ def print_summary(report: RunReport) -> None:
             console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
     if report.output_dir:
         console.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
+        if (report.output_dir / "report.html").is_file():
+            console.print(f"report: {report.output_dir / 'report.html'} (one file: open it in a browser)")
 
 
 def _print_load(report: RunReport) -> None:

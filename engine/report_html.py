@@ -223,6 +223,7 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
                 error_y=_error_bars(members, objective),
             )
         )
+    _add_untimed(figure, rows, placed, x, objective)
     reference = next((c for c in rows if c.get("reference")), None)
     for constraint in select.get("constraints", []):
         for label, bound in _bounds(constraint, reference):
@@ -237,9 +238,34 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
         xaxis_title="candidate" if x == "#" else x,
         yaxis_title=objective,
         template="plotly_white",
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
     return json.loads(figure.to_json())
+
+
+def _add_untimed(figure: Any, rows: list[dict[str, Any]], placed: list[dict[str, Any]], x: str, objective: str) -> None:
+    """Candidates rejected before the objective was measured (a failed constraint spares the
+    timing) have no y: they are drawn as crosses along the bottom edge, at their x."""
+    import plotly.graph_objects as go
+
+    untimed = [c for c in rows if c.get("state") == "complete" and _value(c, x) is not None and _value(c, objective) is None]
+    if not untimed or x == "#":
+        return
+    ys = [_value(c, objective) or 0.0 for c in placed] or [0.0]
+    floor = min(ys) - 0.1 * (max(ys) - min(ys) or abs(min(ys)) * 0.02 or 1.0)
+    figure.add_trace(
+        go.Scatter(
+            x=[_value(c, x) for c in untimed],
+            y=[floor] * len(untimed),
+            mode="markers",
+            name=f"not measured on {objective} (failed a constraint first)",
+            marker={"symbol": "x", "size": 9, "color": "#d62728"},
+            text=[f"{c['id']} {c['path']}: {_why(c)}" for c in untimed],
+            customdata=[c["id"] for c in untimed],
+            hovertemplate="%{text}<br>" + f"{x}: %{{x}}<extra>not measured</extra>",
+        )
+    )
 
 
 def _bounds(constraint: dict[str, Any], reference: dict[str, Any] | None) -> list[tuple[str, float]]:
@@ -268,6 +294,10 @@ def _metric_cell(candidate: dict[str, Any], metric: str) -> str:
     return f'<td data-v="{value!r}">{_number(value)}{spread}</td>'
 
 
+def _why(candidate: dict[str, Any]) -> str:
+    return "; ".join(candidate.get("violations") or []) or candidate.get("verdict") or candidate.get("reason") or ""
+
+
 def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
     objective = (select.get("objective") or {}).get("metric")
     metrics = list(dict.fromkeys([m for m in [objective] if m] + [c["metric"] for c in select.get("constraints", [])]))
@@ -275,7 +305,7 @@ def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
     lines = ['<table class="sortable candidates"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for c in rows:
         state = "★ chosen" if c.get("chosen") else c.get("state", "")
-        why = "; ".join(c.get("violations") or []) or c.get("verdict") or c.get("reason") or ""
+        why = _why(c)
         css = "chosen" if c.get("chosen") else "failed" if c.get("state") == "failed" else ""
         number = c["id"].split("/")[-1]
         path = escape(c["path"]) + (' <span class="muted">(reference)</span>' if c.get("reference") else "")

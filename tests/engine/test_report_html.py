@@ -109,6 +109,10 @@ def test_the_plot_holds_every_complete_candidate_the_chosen_point_and_the_constr
     traces = {trace["name"]: trace for trace in figure["figure"]["data"]}
     plotted = {i for trace in traces.values() for i in trace["customdata"]}
     assert plotted == {c["id"] for c in candidates if c["state"] == "complete"}
+    by_id = {c["id"]: c for c in candidates}
+    for name, trace in traces.items():  # a candidate rejected before timing sits on the bottom edge, at its x
+        timed = [("latency.p50_ms" in by_id[i]["metrics"]) for i in trace["customdata"]]
+        assert all(not t for t in timed) if name.startswith("not measured") else all(timed)
     chosen = next(c for c in candidates if c["chosen"])
     assert traces["chosen"]["customdata"] == [chosen["id"]]
     assert traces["chosen"]["y"] == [chosen["metrics"]["latency.p50_ms"]]
