@@ -1,0 +1,140 @@
+"""`engine import-olive` and `engine run OLIVE.json`: read an Olive config, translate it, show it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.core.errors import InputError, Problem
+from engine.olive_import import Translation, is_olive_config, translate
+
+NOT_OLIVE = "an Olive RunConfig: `input_model` with an Olive model type (HfModel, PyTorchModel, ONNXModel, OpenVINOModel) and `passes`"
+
+
+def read_config(path: Path) -> Any:
+    """The parsed file (JSON, or YAML by extension); unreadable or malformed input is a located error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(
+            [Problem("", f"cannot be read: {error}", given=str(path), hint="give a readable Olive config file", file=str(path))]
+        ) from error
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(
+            [
+                Problem(
+                    "",
+                    f"not valid JSON: {error.msg}",
+                    expected="a JSON object",
+                    line=error.lineno,
+                    file=str(path),
+                    hint="fix the JSON syntax",
+                )
+            ]
+        ) from error
+    except yaml.YAMLError as error:
+        raise InputError(
+            [Problem("", f"not valid YAML: {error}", expected="a YAML mapping", file=str(path), hint="fix the YAML syntax")]
+        ) from error
+
+
+def olive_file(path: Path) -> bool:
+    """Whether ``path`` is recognisably an Olive config (a Kiln workflow, or anything unreadable, is not)."""
+    if path.suffix.lower() not in (".json", ".yaml", ".yml") or not path.is_file():
+        return False
+    try:
+        return is_olive_config(read_config(path))
+    except InputError:
+        return False
+
+
+def load_translation(path: Path, dest_dir: Path) -> Translation:
+    data = read_config(path)
+    if not is_olive_config(data):
+        given = "a Kiln workflow" if isinstance(data, dict) and ("steps" in data or "version" in data) else type(data).__name__
+        if isinstance(data, dict) and given == "dict":
+            given = f"keys {', '.join(sorted(map(str, data))[:8]) or '(none)'}"
+        raise InputError(
+            [
+                Problem(
+                    "",
+                    "not an Olive config",
+                    expected=NOT_OLIVE,
+                    given=given,
+                    hint="give the JSON or YAML file you run with `olive run --config`",
+                    file=str(path),
+                )
+            ]
+        )
+    return translate(data, path, dest_dir)
+
+
+def to_yaml(translation: Translation, source: Path) -> str:
+    header = f"# Translated from the Olive config {source.name} by `engine import-olive`.\n"
+    if translation.unmapped:
+        header += "# Not carried over:\n" + "".join(f"#   {where}: {why}\n" for where, why in translation.unmapped)
+    body = yaml.safe_dump(translation.workflow, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+    return header + body
+
+
+def print_translation(translation: Translation, text: str | None = None) -> None:
+    from rich.table import Table
+
+    from engine.report import console
+
+    if text is not None:
+        console.print(text, markup=False, highlight=False)
+    if translation.unmapped:
+        table = Table(title="Olive keys not carried over")
+        table.add_column("key")
+        table.add_column("why")
+        for where, why in translation.unmapped:
+            table.add_row(where, why)
+        console.print(table)
+    else:
+        console.print("every Olive key was carried over")
+    for note in translation.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def import_command(config: Path, output: Path | None) -> int:
+    """`engine import-olive CONFIG [-o workflow.yaml]`: write (or print) the workflow, then what was not carried over."""
+    dest = output.parent if output else Path.cwd()
+    translation = load_translation(config, dest)
+    text = to_yaml(translation, config)
+    if output:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise InputError(
+                [Problem("-o", f"cannot be written: {error.strerror or error}", given=str(output), hint="choose another -o")]
+            ) from error
+        print(f"wrote {output} (from {config})")
+        print_translation(translation)
+    else:
+        print_translation(translation, text)
+    return 0
+
+
+def run_path(config: Path) -> Path:
+    """For `engine run OLIVE.json`: the translation shown and written beside the Olive file; its path."""
+    target = config.with_name(f"{config.stem}.from-olive.yaml")
+    translation = load_translation(config, target.parent)
+    text = to_yaml(translation, config)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(
+            [Problem("", f"the translated workflow cannot be written: {error}", given=str(target), file=str(config))]
+        ) from error
+    print_translation(translation, text)
+    print(f"running {target} (translated from {config})")
+    return target
