@@ -235,14 +235,16 @@ def _data(configs: list[Any], ctx: Context) -> None:
             ctx.data[name] = source
 
 
-def _user_functions(value: Any) -> list[str]:
-    found: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if (key == "type" or key.endswith("_func")) and isinstance(item, str) and key != "type":
-                found.append(item)
-            found += _user_functions(item)
-    return found
+COMPONENTS = ("load_dataset_config", "pre_process_data_config", "post_process_data_config", "dataloader_config")
+
+
+def _user_functions(config: dict[str, Any]) -> list[str]:
+    """The functions of a data config's user_script it would call (component types, *_func)."""
+    if not config.get("user_script"):
+        return []
+    found = [str(config[k]["type"]) for k in COMPONENTS if isinstance(config.get(k), dict) and config[k].get("type")]
+    found += [str(v) for k, v in config.items() if k.endswith("_func") and v]
+    return found or ["its functions"]
 
 
 def _container(config: dict[str, Any], where: str, ctx: Context) -> dict[str, Any] | None:

@@ -187,7 +187,7 @@ PASSES: dict[str, PassSpec] = {
     "OpenVINOConversion": PassSpec(
         "openvino_convert",
         {"compress_to_fp16": "compress_to_fp16"},
-        {"model_name": "ov_model", "static": True, "extra_configs": None, "input_shapes": None, "example_input_func": None},
+        {"model_name": "ov_model", "static": False, "extra_configs": None, "input_shapes": None, "example_input_func": None},
         {"compress_to_fp16": True},  # Olive's default; Kiln's is false
     ),
     "OpenVINOQuantization": PassSpec(
@@ -274,6 +274,9 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
     search: dict[str, Any] = {}
     for index, olive in enumerate(configs):
         olive = {**olive, **(olive.get("config") or {})}
+        scope, scope_type = olive.get("ignored_scope"), olive.pop("ignored_scope_type", None) or "names"
+        if scope and not isinstance(scope, dict):
+            olive["ignored_scope"] = {scope_type: scope if isinstance(scope, list) else [scope]}
         for key, value in olive.items():
             if key in ("type", "config", "disable_search"):
                 continue
@@ -282,6 +285,8 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
     if len(configs) > 1:
         _merge_list(configs, spec, where, config, search, ctx)
     mode_searched = "mode" in search
+    if mode_searched:  # the baseline runs Kiln's default mode (dynamic), which needs no data
+        config.pop("mode", None)
     for key in list(config) if mode_searched else []:
         if key in spec.static_only:  # static-only options apply only where static is drawn
             search[key] = {"values": [config.pop(key)], "when": {"mode": "static"}}
@@ -301,8 +306,7 @@ def _option(
         config.update({k: (v.name if hasattr(v, "name") else v) for k, v in value.items()})
         return
     if key == "ignored_scope" and spec.kiln in ("nncf_quantize", "nncf_compress_weights") and value:
-        names = value if isinstance(value, list) else [value]
-        config["ignored_scope"] = {"names": names}
+        config["ignored_scope"] = value
         return
     if key == "optimization_options" and spec.kiln == "ort_fusion" and isinstance(value, dict):
         _fusion_options(value, at, config, ctx)
