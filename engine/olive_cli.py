@@ -81,7 +81,7 @@ def to_yaml(translation: Translation, source: Path) -> str:
     if translation.unmapped:
         header += "# Not carried over:\n" + "".join(f"#   {where}: {why}\n" for where, why in translation.unmapped)
     body = yaml.safe_dump(translation.workflow, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
-    return header + body
+    return header + str(body)
 
 
 def print_translation(translation: Translation, text: str | None = None) -> None:
@@ -119,6 +119,7 @@ def import_command(config: Path, output: Path | None) -> int:
             ) from error
         print(f"wrote {output} (from {config})")
         print_translation(translation)
+        _check(output)
     else:
         print_translation(translation, text)
     return 0
@@ -138,3 +139,15 @@ def run_path(config: Path) -> Path:
     print_translation(translation, text)
     print(f"running {target} (translated from {config})")
     return target
+
+
+def _check(path: Path) -> None:
+    """Validate the written workflow; what still needs a hand (a hub model, say) is told, not fatal."""
+    from engine.workflow import load_workflow
+
+    try:
+        load_workflow(path)
+    except InputError as error:
+        print(f"{path} does not validate yet (fix it by hand):\n{error}")
+        return
+    print(f"{path}: valid")

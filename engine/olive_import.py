@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.olive_metrics import translate_evaluators, translate_search
-from engine.olive_passes import PASSES, SESSION_DEFAULTS, SESSION_OPTIONS, step_options
+from engine.olive_passes import PASSES
+from engine.olive_steps import step_options
+from engine.olive_systems import session_settings, translate_targets
 
 MODEL_TYPES = ("HfModel", "PyTorchModel", "ONNXModel", "OpenVINOModel")
 KILN_TASKS = ("feature-extraction", "text-classification", "image-classification")
@@ -52,11 +54,11 @@ class Context:
 
     def dataset(self, name: Any, where: str) -> str:
         """A Kiln dataset for an Olive data config name; an unknown or untranslatable one gets a stand-in."""
-        name = plain(str(name))
-        if name not in self.data:
-            self.data[name] = {"source": "synthetic", "samples": 32}
-            self.notes.append(f"{where}: dataset '{name}' is a synthetic stand-in; replace it with your data")
-        return name
+        key = plain(str(name))
+        if key not in self.data:
+            self.data[key] = {"source": "synthetic", "samples": 32}
+            self.notes.append(f"{where}: dataset '{key}' is a synthetic stand-in; replace it with your data")
+        return key
 
 
 def plain(name: str) -> str:
@@ -89,7 +91,7 @@ def translate(config: dict[str, Any], source: Path, dest_dir: Path | None = None
     workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
     workflow["input"] = _input(config.get("input_model"), ctx)
     _data(config.get("data_configs") or [], ctx)
-    targets = _targets(config.get("systems") or {}, engine.get("target"), uses_openvino, ctx)
+    targets = translate_targets(config.get("systems") or {}, engine.get("target"), uses_openvino, ctx)
     workflow["steps"], session = _steps(passes, ctx)
     if session:
         for target in targets:
@@ -299,47 +301,6 @@ def _pass_type(value: Any) -> str:
     return str(first.get("type", "")) if isinstance(first, dict) else ""
 
 
-def _targets(systems: dict[str, Any], chosen: Any, uses_openvino: bool, ctx: Context) -> list[dict[str, Any]]:
-    name = chosen if isinstance(chosen, str) else next(iter(systems), None)
-    system = (chosen if isinstance(chosen, dict) else systems.get(name)) if name or chosen else None
-    for other in systems:
-        if other != name:
-            ctx.skip(f"systems.{other}", "not the engine's target system: Kiln runs the target system's accelerators")
-    accelerators = [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]
-    if isinstance(system, dict):
-        kind = str(system.get("type", "LocalSystem"))
-        if kind != "LocalSystem":
-            ctx.skip(f"systems.{name}.type", f"{kind}: Kiln runs on this machine (an isolated `environment:` per target)")
-        accelerators = (system.get("config") or {}).get("accelerators") or system.get("accelerators") or accelerators
-    targets: list[dict[str, Any]] = []
-    for acc in accelerators:
-        device = str(acc.get("device", "cpu")).lower()
-        for ep in acc.get("execution_providers") or ["CPUExecutionProvider"]:
-            target = _target(device, ep, uses_openvino, ctx)
-            if all(t["id"] != target["id"] for t in targets):
-                targets.append(target)
-    return targets
-
-
-def _target(device: str, ep: str, uses_openvino: bool, ctx: Context) -> dict[str, Any]:
-    alias = ep.replace("ExecutionProvider", "").lower()
-    if uses_openvino:
-        ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(device, "CPU")
-        return {"id": f"openvino-{device}", "runtime": "openvino", "device": ov_device}
-    target: dict[str, Any] = {"id": alias if alias == device else f"{alias}-{device}", "runtime": "onnxruntime"}
-    if alias in ("cuda", "tensorrt"):
-        device = "cuda"
-    target["device"] = device if device in ("cpu", "cuda", "gpu", "npu") else "cpu"
-    if alias != "cpu":
-        target["providers"] = [ep]
-    if alias == "openvino":
-        ctx.notes.append(
-            "OpenVINOExecutionProvider: needs the onnxruntime-openvino wheel; give the target an isolated "
-            "environment: {requirements: [onnxruntime-openvino]}, or use the native `openvino` runtime"
-        )
-    return target
-
-
 def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     session: dict[str, Any] = {}
@@ -347,7 +308,7 @@ def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], 
         configs = value if isinstance(value, list) else [value]
         kind = _pass_type(value)
         if kind == "OrtSessionParamsTuning":
-            session = _session(configs[0], f"passes.{name}", ctx)
+            session = session_settings(configs[0], f"passes.{name}", ctx)
             continue
         spec = PASSES.get(kind)
         if spec is None or spec.kiln is None:
@@ -366,29 +327,6 @@ def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], 
             step["search"] = search
         steps.append(step)
     return steps, session
-
-
-def _session(config: dict[str, Any], where: str, ctx: Context) -> dict[str, Any]:
-    search: dict[str, Any] = {}
-    fixed: dict[str, Any] = {}
-    for key, value in {**config, **(config.get("config") or {})}.items():
-        if key in ("type", "config") or SESSION_DEFAULTS.get(key, object()) == value:
-            continue
-        if key in SESSION_OPTIONS:
-            kiln, convert = SESSION_OPTIONS[key]
-            values = [convert(v) for v in (value if isinstance(value, list) else [value])]
-            if len(values) > 1 and ctx.searching:
-                search[kiln] = values
-            else:
-                fixed[kiln] = values[0]
-        elif key == "io_bind":
-            search["io_binding"] = [False, True]
-        else:
-            ctx.skip(f"{where}.{key}", "no Kiln session setting for it")
-    if search:
-        fixed["search"] = search
-    ctx.notes.append(f"{where}: OrtSessionParamsTuning → the ONNX Runtime targets' searched session settings")
-    return fixed
 
 
 __all__ = ["Translation", "is_olive_config", "translate"]
