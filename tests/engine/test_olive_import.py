@@ -359,7 +359,8 @@ def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, caps
     assert "broken.json:1" in err and "not valid JSON" in err
 
 
-def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys):
+def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("engine.olive_metrics.TIMING_OPTIONS", {"quiet_wait_s": 1, "max_time_s": 5, "sessions": 1, "min_rounds": 2})
     config = olive(
         folder,
         {"quantization": {"type": "OnnxDynamicQuantization", "per_channel": True}},
