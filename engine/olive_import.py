@@ -21,6 +21,7 @@ from engine.olive_systems import session_settings, translate_targets
 
 MODEL_TYPES = ("HfModel", "PyTorchModel", "ONNXModel", "OpenVINOModel")
 KILN_TASKS = ("feature-extraction", "text-classification", "image-classification")
+OPENVINO_PASSES = {"OpenVINOConversion", "OpenVINOQuantization", "OpenVINOWeightCompression"}
 NEVER_RUN = "user code Kiln would have to run; it is never run silently"
 
 
@@ -87,18 +88,19 @@ def translate(config: dict[str, Any], source: Path, dest_dir: Path | None = None
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k in ENGINE_KEYS}}
     ctx.searching = bool(config.get("search_strategy"))
     passes = config.get("passes") or {}
-    uses_openvino = any(_pass_type(v) in ("OpenVINOConversion", "OpenVINOQuantization") for v in passes.values())
+    kinds = {_pass_type(v) for v in passes.values()}
+    runtime = "onnxruntime-genai" if "ModelBuilder" in kinds else "openvino" if kinds & OPENVINO_PASSES else "onnxruntime"
     workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
     workflow["input"] = _input(config.get("input_model"), ctx)
     _data(config.get("data_configs") or [], ctx)
-    targets = translate_targets(config.get("systems") or {}, engine.get("target"), uses_openvino, ctx)
+    targets = translate_targets(config.get("systems") or {}, engine.get("target"), runtime, ctx)
     workflow["steps"], session = _steps(passes, ctx)
     if session:
         for target in targets:
             if target["runtime"] == "onnxruntime":
                 target.update(session)
     workflow["targets"] = targets
-    evaluate, select = translate_evaluators(config.get("evaluators") or {}, engine.get("evaluator"), ctx)
+    evaluate, select = translate_evaluators(config.get("evaluators") or {}, engine.get("evaluator"), runtime, ctx)
     workflow["data"] = ctx.data
     workflow["evaluate"], workflow["select"] = evaluate, select
     search = translate_search(config.get("search_strategy"), ctx)
@@ -142,6 +144,8 @@ def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> N
     output = workflow.setdefault("output", {"keep": "best"})
     for key, value in engine.items():
         where = f"engine.{key}"
+        if key == "evaluate_input_model" and value is False:
+            ctx.notes.append("Kiln always measures the input model (the reference) first: it is what candidates are compared with")
         if key in _SILENT_ENGINE or value in (None, False, {}):
             continue
         if key == "output_dir":
@@ -149,7 +153,7 @@ def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> N
         elif key == "cache_dir":
             workflow["cache"] = {"dir": ctx.path(str(value))}
         elif key == "evaluate_input_model":
-            ctx.notes.append("Kiln always measures the input model (the reference) first: evaluate_input_model is implied")
+            continue
         elif key == "plot_pareto_frontier":
             ctx.notes.append("Kiln marks the Pareto front in candidates.json and plots it in report.html")
         elif key in ("clean_cache", "clean_evaluation_cache"):

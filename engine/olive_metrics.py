@@ -18,7 +18,7 @@ def _plain(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-") or "metric"
 
 
-def translate_evaluators(evaluators: dict[str, Any], chosen: Any, ctx: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def translate_evaluators(evaluators: dict[str, Any], chosen: Any, runtime: str, ctx: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Kiln's evaluate list and select section from the engine's Olive evaluator."""
     name = chosen if isinstance(chosen, str) else next(iter(evaluators), None)
     evaluator = chosen if isinstance(chosen, dict) else evaluators.get(name) if name else None
@@ -33,7 +33,11 @@ def translate_evaluators(evaluators: dict[str, Any], chosen: Any, ctx: Any) -> t
         entry = _metric(metric, at, ctx, ranked)
         if entry:
             evaluate.append(entry)
-    if not evaluate:
+    if not evaluate and runtime == "onnxruntime-genai":  # generation timing needs prompts: give a dataset
+        ctx.notes.append("no Olive metric carried over: Kiln picks the smallest model (add a generation evaluation with prompts)")
+        evaluate.append({"id": "size", "evaluator": "size"})
+        ranked.append((1, "size.file_bytes", False, None, "evaluators"))
+    elif not evaluate:
         ctx.notes.append("no Olive metric carried over: Kiln measures latency and picks the fastest model")
         evaluate.append({"id": "latency", "evaluator": "latency"})
         ranked.append((1, "latency.p50_ms", False, None, "evaluators"))

@@ -7,7 +7,7 @@ from typing import Any
 from engine.olive_passes import SESSION_DEFAULTS, SESSION_OPTIONS
 
 
-def translate_targets(systems: dict[str, Any], chosen: Any, uses_openvino: bool, ctx: Any) -> list[dict[str, Any]]:
+def translate_targets(systems: dict[str, Any], chosen: Any, runtime: str, ctx: Any) -> list[dict[str, Any]]:
     name = chosen if isinstance(chosen, str) else next(iter(systems), None)
     system = (chosen if isinstance(chosen, dict) else systems.get(str(name))) if name or chosen else None
     for other in systems:
@@ -23,15 +23,18 @@ def translate_targets(systems: dict[str, Any], chosen: Any, uses_openvino: bool,
     for acc in accelerators:
         device = str(acc.get("device", "cpu")).lower()
         for ep in acc.get("execution_providers") or ["CPUExecutionProvider"]:
-            target = _target(device, ep, uses_openvino, ctx)
+            target = _target(device, ep, runtime, ctx)
             if all(t["id"] != target["id"] for t in targets):
                 targets.append(target)
     return targets
 
 
-def _target(device: str, ep: str, uses_openvino: bool, ctx: Any) -> dict[str, Any]:
+def _target(device: str, ep: str, runtime: str, ctx: Any) -> dict[str, Any]:
     alias = ep.replace("ExecutionProvider", "").lower()
-    if uses_openvino:
+    if runtime == "onnxruntime-genai":  # ModelBuilder's genai folder runs on ONNX Runtime GenAI
+        genai_device = {"cuda": "cuda", "tensorrt": "cuda", "dml": "dml"}.get(alias, "cpu")
+        return {"id": f"genai-{genai_device}", "runtime": runtime, "device": genai_device}
+    if runtime == "openvino":
         ov_device = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}.get(device, "CPU")
         return {"id": f"openvino-{device}", "runtime": "openvino", "device": ov_device}
     target: dict[str, Any] = {"id": alias if alias == device else f"{alias}-{device}", "runtime": "onnxruntime"}

@@ -336,6 +336,7 @@ def test_model_builder_and_a_hub_model(folder):
     )
     t = roundtrip(folder, config, "genai")
     assert steps(t) == [("builder", "genai_build", {"precision": "int4", "block_size": 64}, {})]
+    assert t.workflow["targets"] == [{"id": "genai-cpu", "runtime": "onnxruntime-genai", "device": "cpu"}]
     hub = translate({**config, "input_model": {"type": "HfModel", "model_path": "microsoft/Phi-3-mini-4k-instruct"}}, folder / "hub.json")
     assert hub.workflow["input"]["path"] == "microsoft/Phi-3-mini-4k-instruct"
     assert [w for w, _ in hub.unmapped] == ["input_model.model_path"]
