@@ -208,7 +208,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         try:
             resolved = load_workflow(file)
         except InputError as error:
-            print(str(error), file=sys.stderr)
+            from engine.olive_cli import olive_hint
+
+            print(str(error) + olive_hint(file), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
         notes = _environments(args, resolved)

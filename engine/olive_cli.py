@@ -55,6 +55,13 @@ def olive_file(path: Path) -> bool:
         return False
 
 
+def olive_hint(path: Path) -> str:
+    """For `engine validate`: a line saying that a file Kiln refused is an Olive config, and what to run."""
+    return (
+        f"\n{path} is an Olive config: `engine import-olive {path}` translates it, `engine run {path}` runs it" if olive_file(path) else ""
+    )
+
+
 def load_translation(path: Path, dest_dir: Path) -> Translation:
     data = read_config(path)
     if not is_olive_config(data):

@@ -351,6 +351,8 @@ def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, caps
     assert out.read_text().startswith("# Translated from the Olive config cli.json")
     assert "passes.x" in capsys.readouterr().out
     assert main(["validate", str(out)]) == 0
+    assert main(["validate", str(source)]) == 2
+    assert "is an Olive config: `engine import-olive" in capsys.readouterr().err
     (folder / "kiln.json").write_text(json.dumps({"version": 1, "steps": []}))
     assert main(["import-olive", str(folder / "kiln.json")]) == 2
     assert "not an Olive config" in capsys.readouterr().err
