@@ -10,6 +10,7 @@ import yaml
 
 from engine.core.errors import InputError, Problem
 from engine.olive_import import Translation, is_olive_config, translate
+from engine.olive_metrics import shape_problems
 
 NOT_OLIVE = "an Olive RunConfig: `input_model` with an Olive model type (HfModel, PyTorchModel, ONNXModel, OpenVINOModel) and `passes`"
 
@@ -78,6 +79,21 @@ def load_translation(path: Path, dest_dir: Path) -> Translation:
                     hint="give the JSON or YAML file you run with `olive run --config`",
                     file=str(path),
                 )
+            ]
+        )
+    wrong = shape_problems(data)
+    if wrong:
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    "has the wrong type for an Olive config",
+                    expected=expected,
+                    given=given,
+                    hint="fix it as Olive's schema says",
+                    file=str(path),
+                )
+                for where, expected, given in wrong
             ]
         )
     return translate(data, path, dest_dir)

@@ -162,3 +162,44 @@ def translate_search(strategy: Any, ctx: Any) -> dict[str, Any]:
         if key not in ("max_samples", "seed"):
             ctx.skip(f"search_strategy.sampler_config.{key}", "no Kiln search option for it")
     return search
+
+
+def shape_problems(config: dict[str, Any]) -> list[tuple[str, str, str]]:  # long: one check per structural key of a RunConfig
+    """The structural keys of an Olive config whose type is wrong: (key path, expected, given type)."""
+    found: list[tuple[str, str, str]] = []
+
+    def want(value: Any, kinds: tuple[type, ...], where: str, expected: str) -> bool:
+        if value is None or isinstance(value, kinds):
+            return value is not None
+        found.append((where, expected, type(value).__name__))
+        return False
+
+    want(config.get("input_model"), (dict,), "input_model", "an object with a type")
+    want(config.get("engine"), (dict,), "engine", "an object")
+    want(config.get("search_strategy"), (dict, bool), "search_strategy", "an object or true/false")
+    if want(config.get("passes"), (dict,), "passes", "an object: pass name -> pass config"):
+        for name, value in config["passes"].items():
+            for i, item in enumerate(value if isinstance(value, list) else [value]):
+                want(item, (dict,), f"passes.{name}" + (f"[{i}]" if isinstance(value, list) else ""), "an object with a type")
+    if want(config.get("systems"), (dict,), "systems", "an object: system name -> system config"):
+        for name, value in config["systems"].items():
+            want(value, (dict,), f"systems.{name}", "an object with a type")
+    if want(config.get("data_configs"), (list,), "data_configs", "a list of data configs"):
+        for i, value in enumerate(config["data_configs"]):
+            want(value, (dict,), f"data_configs[{i}]", "an object with a name and a type")
+    if want(config.get("evaluators"), (dict,), "evaluators", "an object: evaluator name -> {metrics: [...]}"):
+        for name, value in config["evaluators"].items():
+            if want(value, (dict,), f"evaluators.{name}", "an object with metrics") and want(
+                value.get("metrics"), (list,), f"evaluators.{name}.metrics", "a list of metrics"
+            ):
+                for i, metric in enumerate(value["metrics"]):
+                    at = f"evaluators.{name}.metrics[{i}]"
+                    if want(metric, (dict,), at, "an object with a name and a type") and want(
+                        metric.get("sub_types"), (list,), f"{at}.sub_types", "a list"
+                    ):
+                        for j, sub in enumerate(metric["sub_types"]):
+                            if want(sub, (dict,), f"{at}.sub_types[{j}]", "an object with a name"):
+                                want(sub.get("priority"), (int,), f"{at}.sub_types[{j}].priority", "an integer")
+                                if want(sub.get("goal"), (dict,), f"{at}.sub_types[{j}].goal", "an object {type, value}"):
+                                    want(sub["goal"].get("value"), (int, float), f"{at}.sub_types[{j}].goal.value", "a number")
+    return found

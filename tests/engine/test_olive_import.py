@@ -387,3 +387,16 @@ def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, cap
     assert "pass: ort_quantize" in printed
     assert (folder / "run.from-olive.yaml").is_file()
     assert (tmp_path / "out" / "candidates.json").is_file()
+
+
+def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, capsys):
+    config = olive(folder, {"q": {"type": "OnnxDynamicQuantization"}, "bad": [{"type": "OnnxDynamicQuantization"}, 3]}, systems=[])
+    config["evaluators"]["common_evaluator"]["metrics"] = [
+        {"name": "l", "type": "latency", "sub_types": [{"name": "avg", "goal": {"type": "threshold", "value": "fast"}}]}
+    ]
+    (folder / "shape.json").write_text(json.dumps(config))
+    assert main(["import-olive", str(folder / "shape.json")]) == 2
+    err = capsys.readouterr().err
+    assert "3 problems found" in err
+    for where in ("passes.bad[1]", "systems", "evaluators.common_evaluator.metrics[0].sub_types[0].goal.value"):
+        assert f"shape.json: {where}: has the wrong type" in err
