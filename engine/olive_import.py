@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.errors import InputError, Problem
 from engine.olive_metrics import translate_evaluators, translate_search
 from engine.olive_passes import PASSES
 from engine.olive_steps import step_options
@@ -40,7 +41,10 @@ class Context:
     notes: list[str] = field(default_factory=list)
     data: dict[str, dict[str, Any]] = field(default_factory=dict)
     searching: bool = True
-    export: dict[str, Any] = field(default_factory=dict)  # torch_export options from a PyTorchModel's io_config
+    export: dict[str, Any] = field(default_factory=dict)
+    at: str = (
+        ""  # the Olive key being translated: where a malformed value is reported  # torch_export options from a PyTorchModel's io_config
+    )
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))
@@ -84,13 +88,30 @@ def _typed(value: Any) -> bool:
 
 
 def translate(config: dict[str, Any], source: Path, dest_dir: Path | None = None) -> Translation:
+    """The workflow, what was not carried over and notes; a value of a shape Olive would refuse is a located InputError."""
     ctx = Context(source.parent, dest_dir or source.parent)
+    try:
+        return _translate(config, source, ctx)
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as error:
+        problem = Problem(
+            ctx.at or "<root>",
+            "a value of a type or shape Olive's schema does not accept",
+            expected="what olive-ai 0.13 accepts there",
+            given=f"{type(error).__name__}: {error}",
+            hint="fix the value as Olive's documentation says",
+            file=str(source),
+        )
+        raise InputError([problem]) from error
+
+
+def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translation:
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k in ENGINE_KEYS}}
     ctx.searching = bool(config.get("search_strategy"))
     passes = config.get("passes") or {}
     kinds = {_pass_type(v) for v in passes.values()}
     runtime = "onnxruntime-genai" if "ModelBuilder" in kinds else "openvino" if kinds & OPENVINO_PASSES else "onnxruntime"
     workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
+    ctx.at = "input_model"
     workflow["input"] = _input(config.get("input_model"), ctx)
     _data(config.get("data_configs") or [], ctx)
     targets = translate_targets(config.get("systems") or {}, engine.get("target"), runtime, ctx)
@@ -103,6 +124,7 @@ def translate(config: dict[str, Any], source: Path, dest_dir: Path | None = None
     evaluate, select = translate_evaluators(config.get("evaluators") or {}, engine.get("evaluator"), runtime, ctx)
     workflow["data"] = ctx.data
     workflow["evaluate"], workflow["select"] = evaluate, select
+    ctx.at = "search_strategy"
     search = translate_search(config.get("search_strategy"), ctx)
     if search:
         workflow["search"] = search
@@ -143,7 +165,7 @@ _SILENT_ENGINE = ("host", "target", "evaluator", "log_severity_level", "ort_log_
 def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> None:
     output = workflow.setdefault("output", {"keep": "best"})
     for key, value in engine.items():
-        where = f"engine.{key}"
+        where = ctx.at = f"engine.{key}"
         if key == "evaluate_input_model" and value is False:
             ctx.notes.append("Kiln always measures the input model (the reference) first: it is what candidates are compared with")
         if key in _SILENT_ENGINE or value in (None, False, {}):
@@ -226,7 +248,7 @@ def _torch_input(path: Any, rest: dict[str, Any], ctx: Context) -> dict[str, Any
 
 def _data(configs: list[Any], ctx: Context) -> None:
     for index, config in enumerate(configs):
-        where = f"data_configs[{index}]"
+        where = ctx.at = f"data_configs[{index}]"
         if not isinstance(config, dict):
             ctx.skip(where, "not a data config object")
             continue
@@ -309,6 +331,7 @@ def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], 
     steps: list[dict[str, Any]] = []
     session: dict[str, Any] = {}
     for name, value in passes.items():
+        ctx.at = f"passes.{name}"
         configs = value if isinstance(value, list) else [value]
         kind = _pass_type(value)
         if kind == "OrtSessionParamsTuning":

@@ -29,10 +29,12 @@ def translate_evaluators(evaluators: dict[str, Any], chosen: Any, runtime: str, 
     ranked: list[tuple[int, str, bool, Any, str]] = []  # priority, kiln metric, higher is better, goal, where
     where = f"evaluators.{name}" if name else "evaluators"
     for index, metric in enumerate((evaluator or {}).get("metrics") or []):
-        at = f"{where}.metrics[{index}]"
+        at = ctx.at = f"{where}.metrics[{index}]"
         entry = _metric(metric, at, ctx, ranked)
         if entry:
             evaluate.append(entry)
+    if evaluate and not ranked:  # every sub-type was left out: nothing to rank by
+        evaluate = []
     if not evaluate and runtime == "onnxruntime-genai":  # generation timing needs prompts: give a dataset
         ctx.notes.append("no Olive metric carried over: Kiln picks the smallest model (add a generation evaluation with prompts)")
         evaluate.append({"id": "size", "evaluator": "size"})

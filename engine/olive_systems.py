@@ -14,13 +14,15 @@ def translate_targets(systems: dict[str, Any], chosen: Any, runtime: str, ctx: A
         if other != name:
             ctx.skip(f"systems.{other}", "not the engine's target system: Kiln runs the target system's accelerators")
     accelerators = [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]
+    ctx.at = f"systems.{name}"
     if isinstance(system, dict):
         kind = str(system.get("type", "LocalSystem"))
         if kind != "LocalSystem":
             ctx.skip(f"systems.{name}.type", f"{kind}: Kiln runs on this machine (an isolated `environment:` per target)")
         accelerators = (system.get("config") or {}).get("accelerators") or system.get("accelerators") or accelerators
     targets: list[dict[str, Any]] = []
-    for acc in accelerators:
+    for index, acc in enumerate(accelerators):
+        ctx.at = f"systems.{name}.accelerators[{index}]"
         device = str(acc.get("device", "cpu")).lower()
         for ep in acc.get("execution_providers") or ["CPUExecutionProvider"]:
             target = _target(device, ep, runtime, ctx)
@@ -30,7 +32,7 @@ def translate_targets(systems: dict[str, Any], chosen: Any, runtime: str, ctx: A
 
 
 def _target(device: str, ep: str, runtime: str, ctx: Any) -> dict[str, Any]:
-    alias = ep.replace("ExecutionProvider", "").lower()
+    alias = str(ep).replace("ExecutionProvider", "").lower()
     if runtime == "onnxruntime-genai":  # ModelBuilder's genai folder runs on ONNX Runtime GenAI
         genai_device = {"cuda": "cuda", "tensorrt": "cuda", "dml": "dml"}.get(alias, "cpu")
         return {"id": f"genai-{genai_device}", "runtime": runtime, "device": genai_device}
