@@ -400,3 +400,9 @@ def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, 
     assert "3 problems found" in err
     for where in ("passes.bad[1]", "systems", "evaluators.common_evaluator.metrics[0].sub_types[0].goal.value"):
         assert f"shape.json: {where}: has the wrong type" in err
+    config = olive(
+        folder, {"q": {"type": "OnnxDynamicQuantization"}}, systems={"local_system": {"type": "LocalSystem", "accelerators": ["cpu"]}}
+    )
+    (folder / "deep.json").write_text(json.dumps(config))
+    assert main(["import-olive", str(folder / "deep.json")]) == 2
+    assert "deep.json: systems.local_system.accelerators[0]: a value of a type or shape" in capsys.readouterr().err
