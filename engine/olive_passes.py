@@ -20,6 +20,10 @@ def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
 def _qtype(value: Any) -> Any:
     return {"QInt8": "qint8", "QUInt8": "quint8"}.get(value, _lower(value))
 
@@ -192,14 +196,14 @@ PASSES: dict[str, PassSpec] = {
     ),
     "OpenVINOQuantization": PassSpec(
         "nncf_quantize",
-        {"model_type": ("model_type", _lower), "preset": ("preset", _lower), "target_device": "target_device"},
+        {"model_type": ("model_type", _lower), "preset": ("preset", _lower), "target_device": ("target_device", _upper)},
         {"model_type": None, "reuse_cache": False, "extra_configs": None, "transform_fn": None, "ignored_scope_type": None},
         {"preset": "performance"},  # Olive's default; Kiln's is mixed
         "calibration",
     ),
     "OpenVINOWeightCompression": PassSpec(
         "nncf_compress_weights",
-        {"target_device": "target_device"},
+        {"target_device": ("target_device", _upper)},
         {"reuse_cache": False, "extra_args": None, "transform_fn": None, "ignored_scope_type": None, "target_device": None},
         {},
         "dataset",

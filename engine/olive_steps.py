@@ -43,6 +43,9 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
     if config.get("mode") == "dynamic" or mode_searched:
         for key in spec.static_only if not mode_searched else ():
             config.pop(key, None)
+    needs_data = spec.kiln == "nncf_quantize" or config.get("mode") == "static"
+    if spec.data and needs_data and spec.data not in config and spec.data not in search:
+        config[spec.data] = ctx.dataset("calibration", f"{where}.data_config")
     return config, search
 
 

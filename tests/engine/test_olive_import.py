@@ -406,3 +406,10 @@ def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, 
     (folder / "deep.json").write_text(json.dumps(config))
     assert main(["import-olive", str(folder / "deep.json")]) == 2
     assert "deep.json: systems.local_system.accelerators[0]: a value of a type or shape" in capsys.readouterr().err
+
+
+def test_a_pass_that_needs_data_and_names_none_gets_a_named_stand_in(folder):
+    t = roundtrip(folder, olive(folder, {"s": {"type": "OnnxStaticQuantization"}}), "nodata")
+    assert steps(t) == [("s", "ort_quantize", {"mode": "static", "calibration": "calibration"}, {})]
+    assert t.workflow["data"] == {"calibration": {"source": "synthetic", "samples": 32}}
+    assert t.notes == ["passes.s.data_config: dataset 'calibration' is a synthetic stand-in; replace it with your data"]
