@@ -346,6 +346,8 @@ def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], 
         if steps:
             step["after"] = steps[-1]["id"]
         config, search = step_options(spec, configs, f"passes.{name}", ctx)
+        if spec.kiln == "ort_fusion" and "model_type" not in config:
+            ctx.notes.append(f"passes.{name}: Olive reads model_type from the model; Kiln's ort_fusion defaults to bert")
         if spec.kiln == "torch_export":
             config = {**ctx.export, **config}
         if config:
