@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,34 +15,11 @@ NOT_OLIVE = "an Olive RunConfig: `input_model` with an Olive model type (HfModel
 
 
 def read_config(path: Path) -> Any:
-    """The parsed file (JSON, or YAML by extension); unreadable or malformed input is a located error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(
-            [Problem("", f"cannot be read: {error}", given=str(path), hint="give a readable Olive config file", file=str(path))]
-        ) from error
-    try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(
-            [
-                Problem(
-                    "",
-                    f"not valid JSON: {error.msg}",
-                    expected="a JSON object",
-                    line=error.lineno,
-                    file=str(path),
-                    hint="fix the JSON syntax",
-                )
-            ]
-        ) from error
-    except yaml.YAMLError as error:
-        raise InputError(
-            [Problem("", f"not valid YAML: {error}", expected="a YAML mapping", file=str(path), hint="fix the YAML syntax")]
-        ) from error
+    """The parsed file, read as a workflow file is (size, nesting, aliases, NaN, duplicate keys
+    guarded); unreadable or malformed input is a located InputError."""
+    from engine.workflow import read_workflow
+
+    return read_workflow(path).data
 
 
 def olive_file(path: Path) -> bool:

@@ -359,7 +359,7 @@ def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, caps
     (folder / "broken.json").write_text('{"passes": {')
     assert main(["import-olive", str(folder / "broken.json")]) == 2
     err = capsys.readouterr().err
-    assert "broken.json:1" in err and "not valid JSON" in err
+    assert "broken.json:1" in err and "malformed JSON" in err
 
 
 def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys, monkeypatch):
