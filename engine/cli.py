@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--all-metrics", action="store_true", help="every metric that changed, not only those with an interval")
     compare.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
 
+    olive = sub.add_parser("import-olive", help="translate a Microsoft Olive config into a workflow; list what is not carried over")
+    olive.add_argument("config", type=Path)
+    olive.add_argument("--output", "-o", type=Path, help="the workflow file to write (default: print it)")
     sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
     for kind in ("passes", "evaluators", "targets", "data"):
         what = "data sources" if kind == "data" else kind
@@ -140,6 +143,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         command(args, _plain_store_root(args))
         return EXIT_OK
+    if args.command == "import-olive":
+        from engine.olive_cli import import_command
+
+        return import_command(args.config, args.output)
     if args.command == "schema":
         from engine.schema_doc import full_schema
 
@@ -201,7 +208,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         try:
             resolved = load_workflow(file)
         except InputError as error:
-            print(str(error), file=sys.stderr)
+            from engine.olive_cli import olive_hint
+
+            print(str(error) + olive_hint(file), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
         notes = _environments(args, resolved)
@@ -286,12 +295,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from engine.emit import check_output_dir, write_outputs
     from engine.hooks import EventLog, Fanout
+    from engine.olive_cli import olive_file, run_path
     from engine.progress import live_progress
     from engine.report import Progress, console, print_summary
     from engine.run import run_workflow
     from engine.workflow import load_workflow
 
-    resolved = load_workflow(args.workflow)
+    resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
     output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
     check_output_dir(output)
     store = _open_store(args, resolved)

@@ -1,0 +1,415 @@
+"""Olive configs, written as Olive's users write them (one per pass family), translated into
+workflows: the steps, targets, data and selection they give, the exact keys not carried over,
+and each result through validation. Translation only, except one tiny run of an Olive config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_helpers import make_tiny_encoder
+
+from engine.cli import main
+from engine.olive_cli import to_yaml
+from engine.olive_import import Translation, is_olive_config, translate
+from engine.workflow import load_workflow
+
+CPU = {"local_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}}
+LATENCY = {"name": "latency", "type": "latency", "sub_types": [{"name": "avg", "priority": 1}]}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("olive")
+    make_tiny_encoder(root / "model.onnx")
+    (root / "bert").mkdir()
+    (root / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    header = b'{"__metadata__":{"format":"pt"}}'
+    (root / "bert" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)  # no tensors: never loaded here
+    (root / "user_script.py").write_text(
+        "def load_model(model_path=None):\n    pass\n\ndef eval_accuracy(model, device, eps):\n    return 1\n"
+    )
+    (root / "sst2.csv").write_text("sentence,label\ngood,1\nbad,0\n")
+    return root
+
+
+def olive(folder: Path, passes: dict[str, Any], **rest: Any) -> dict[str, Any]:
+    return {
+        "input_model": {"type": "ONNXModel", "model_path": "model.onnx"},
+        "systems": CPU,
+        "evaluators": {"common_evaluator": {"metrics": [LATENCY]}},
+        "passes": passes,
+        "engine": {"evaluator": "common_evaluator", "target": "local_system", "output_dir": "out"},
+        **rest,
+    }
+
+
+def roundtrip(folder: Path, config: dict[str, Any], name: str) -> Translation:
+    """Translate, write the workflow into a sub-folder (paths relative to it) and validate it."""
+    assert is_olive_config(config)
+    source = folder / f"{name}.json"
+    source.write_text(json.dumps(config))
+    dest = folder / "kiln" / f"{name}.yaml"
+    dest.parent.mkdir(exist_ok=True)
+    translation = translate(config, source, dest.parent)
+    dest.write_text(to_yaml(translation, source))
+    load_workflow(dest)  # raises InputError, with every problem, when the output does not validate
+    return translation
+
+
+def steps(translation: Translation) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    return [(s["id"], s["pass"], s.get("config", {}), s.get("search", {})) for s in translation.workflow["steps"]]
+
+
+def test_hf_model_export_fusion_dynamic_int8_with_goals(folder):
+    config = olive(
+        folder,
+        {
+            "conversion": {"type": "OnnxConversion", "target_opset": 17, "save_as_external_data": True},
+            "transformers_optimization": {"type": "OrtTransformersOptimization", "model_type": "bert", "opt_level": 1, "float16": True},
+            "quantization": {"type": "OnnxDynamicQuantization", "per_channel": "SEARCHABLE_VALUES", "weight_type": "QUInt8"},
+        },
+        input_model={"type": "HfModel", "model_path": "bert", "task": "text-classification"},
+        data_configs=[
+            {
+                "name": "sst2",
+                "type": "HuggingfaceContainer",
+                "load_dataset_config": {"data_name": "csv", "data_files": "sst2.csv", "split": "train"},
+                "pre_process_data_config": {"input_cols": ["sentence"], "label_col": "label", "max_length": 64, "max_samples": 100},
+            }
+        ],
+        search_strategy={"execution_order": "joint", "sampler": "tpe", "sampler_config": {"max_samples": 4, "seed": 0}},
+    )
+    config["evaluators"]["common_evaluator"]["metrics"] = [
+        {
+            "name": "accuracy",
+            "type": "accuracy",
+            "data_config": "sst2",
+            "sub_types": [{"name": "accuracy_score", "priority": 2, "goal": {"type": "max-degradation", "value": 0.01}}, {"name": "auroc"}],
+        },
+        {
+            "name": "latency",
+            "type": "latency",
+            "sub_types": [{"name": "p90", "priority": 1, "goal": {"type": "percent-min-improvement", "value": 20}}],
+        },
+    ]
+    t = roundtrip(folder, config, "hf")
+    assert t.workflow["input"] == {"format": "hf", "path": "../bert", "task": "text-classification"}
+    assert steps(t) == [
+        ("conversion", "torch_export", {"opset": 17}, {}),
+        ("transformers_optimization", "ort_fusion", {"model_type": "bert", "opt_level": 1}, {}),
+        ("quantization", "ort_quantize", {"mode": "dynamic", "weight_type": "quint8"}, {"per_channel": [False, True]}),
+    ]
+    assert t.workflow["data"]["sst2"] == {
+        "source": "csv",
+        "path": "../sst2.csv",
+        "text_column": "sentence",
+        "label_column": "label",
+        "max_length": 64,
+        "split": {"take": "first", "count": 100},
+    }
+    assert t.workflow["select"] == {
+        "objective": {"metric": "latency.p90_ms", "goal": "min"},
+        "constraints": [{"metric": "accuracy.top1", "max_drop": 0.01}, {"metric": "latency.speedup", "min": 1.25}],
+    }
+    assert t.workflow["search"] == {"sampler": "tpe", "max_candidates": 4, "seed": 0}
+    assert [w for w, _ in t.unmapped] == [
+        "passes.conversion.save_as_external_data",
+        "passes.transformers_optimization.float16",
+        "evaluators.common_evaluator.metrics[0].sub_types[1].name",
+    ]
+
+
+def test_static_and_searched_quantization_with_a_user_script_dataloader(folder):
+    config = olive(
+        folder,
+        {
+            "quantization": {
+                "type": "OnnxQuantization",
+                "quant_mode": "SEARCHABLE_VALUES",
+                "data_config": "calib",
+                "quant_format": "QDQ",
+                "calibrate_method": "Entropy",
+            },
+            "static": {"type": "OnnxStaticQuantization", "data_config": "user_data", "per_channel": True},
+        },
+        data_configs=[
+            {"name": "calib", "type": "DummyDataContainer", "load_dataset_config": {"input_shapes": [[1, 16], [1, 16]], "max_samples": 8}},
+            {
+                "name": "user_data",
+                "type": "HuggingfaceContainer",
+                "user_script": "user_script.py",
+                "load_dataset_config": {"type": "my_loader"},
+            },
+        ],
+        search_strategy={"execution_order": "joint", "sampler": "sequential"},
+    )
+    t = roundtrip(folder, config, "static")
+    assert steps(t) == [
+        (
+            "quantization",
+            "ort_quantize",
+            {},
+            {
+                "mode": ["dynamic", "static"],
+                "calibration": {"values": ["calib"], "when": {"mode": "static"}},
+                "quant_format": {"values": ["QDQ"], "when": {"mode": "static"}},
+                "calibration_method": {"values": ["Entropy"], "when": {"mode": "static"}},
+            },
+        ),
+        ("static", "ort_quantize", {"mode": "static", "calibration": "user_data", "per_channel": True}, {}),
+    ]
+    assert t.workflow["data"] == {
+        "calib": {"source": "synthetic", "samples": 8, "sequence_length": 16},
+        "user_data": {"source": "synthetic", "samples": 32},  # a stand-in, named in the notes
+    }
+    assert t.unmapped == [
+        (
+            "data_configs[1].user_script",
+            "user_script.py (my_loader): Kiln has no custom data source; user code Kiln would have to run; it is never run silently",
+        )
+    ]
+    assert any("stand-in" in n for n in t.notes)
+    assert t.workflow["search"] == {"sampler": "grid"}
+
+
+def test_int4_fp16_peephole_on_cuda_and_a_hub_dataset(folder):
+    config = olive(
+        folder,
+        {
+            "peephole": {"type": "OnnxPeepholeOptimizer"},
+            "int4": {"type": "OnnxMatMul4Quantizer", "block_size": 128, "is_symmetric": False, "accuracy_level": 4},
+            "rtn": {"type": "OnnxBlockWiseRtnQuantization", "block_size": 32, "fuse_something": 1},
+            "fp16": {"type": "OnnxFloatToFloat16", "keep_io_types": True, "op_include_list": ["MatMul"]},
+        },
+        systems={
+            "gpu": {
+                "type": "LocalSystem",
+                "accelerators": [{"device": "gpu", "execution_providers": ["CUDAExecutionProvider", "TensorrtExecutionProvider"]}],
+            }
+        },
+        data_configs=[
+            {
+                "name": "wiki",
+                "type": "TextGenerationContainer",
+                "load_dataset_config": {"data_name": "wikitext", "subset": "wikitext-2-raw-v1"},
+            }
+        ],
+    )
+    config["engine"]["target"] = "gpu"
+    t = roundtrip(folder, config, "int4")
+    assert steps(t) == [
+        ("peephole", "onnx_simplify", {}, {}),
+        ("int4", "int4_weights", {"block_size": 128, "is_symmetric": False, "accuracy_level": 4}, {}),
+        ("rtn", "int4_weights", {}, {}),
+        ("fp16", "fp16", {"min_positive_val": 1e-7, "max_finite_val": 1e4, "keep_io_types": True}, {}),
+    ]
+    assert [s.get("after") for s in t.workflow["steps"]] == [None, "peephole", "int4", "rtn"]
+    assert t.workflow["targets"] == [
+        {"id": "cuda-gpu", "runtime": "onnxruntime", "device": "cuda", "providers": ["CUDAExecutionProvider"]},
+        {"id": "tensorrt-gpu", "runtime": "onnxruntime", "device": "cuda", "providers": ["TensorrtExecutionProvider"]},
+    ]
+    assert [w for w, _ in t.unmapped] == ["data_configs[0].load_dataset_config", "passes.rtn.fuse_something", "passes.fp16.op_include_list"]
+
+
+def test_session_params_tuning_becomes_the_targets_searched_settings(folder):
+    tuning = {
+        "type": "OrtSessionParamsTuning",
+        "intra_thread_num_list": [1, 2],
+        "execution_mode_list": [0, 1],
+        "io_bind": True,
+        "enable_profiling": True,
+    }
+    t = roundtrip(folder, olive(folder, {"tune": tuning}, search_strategy={"sampler": "random"}), "session")
+    assert t.workflow["steps"] == []
+    assert t.workflow["targets"] == [
+        {
+            "id": "cpu",
+            "runtime": "onnxruntime",
+            "device": "cpu",
+            "search": {"intra_op_threads": [1, 2], "execution_mode": ["sequential", "parallel"], "io_binding": [False, True]},
+        }
+    ]
+    assert [w for w, _ in t.unmapped] == ["passes.tune.enable_profiling"]
+
+
+def test_openvino_conversion_quantization_and_weight_compression(folder):
+    config = olive(
+        folder,
+        {
+            "ov_convert": {"type": "OpenVINOConversion", "input_shapes": [[1, 128]], "static": True},
+            "ov_quant": {
+                "type": "OpenVINOQuantization",
+                "data_config": "calib",
+                "model_type": "TRANSFORMER",
+                "ignored_scope": ["Softmax"],
+                "ignored_scope_type": "types",
+            },
+            "ov_wc": {"type": "OpenVINOWeightCompression", "compress_config": {"mode": "INT4_SYM", "group_size": 64, "ratio": 0.8}},
+        },
+        input_model={"type": "HfModel", "model_path": "bert"},
+        systems={"ov": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["OpenVINOExecutionProvider"]}]}},
+        data_configs=[{"name": "calib", "type": "DummyDataContainer", "load_dataset_config": {"input_shapes": [[1, 128]]}}],
+    )
+    config["engine"]["target"] = "ov"
+    t = roundtrip(folder, config, "openvino")
+    assert t.workflow["targets"] == [{"id": "openvino-cpu", "runtime": "openvino", "device": "CPU"}]
+    assert steps(t) == [
+        ("ov_convert", "openvino_convert", {"compress_to_fp16": True}, {}),
+        (
+            "ov_quant",
+            "nncf_quantize",
+            {"preset": "performance", "calibration": "calib", "model_type": "transformer", "ignored_scope": {"types": ["Softmax"]}},
+            {},
+        ),
+        ("ov_wc", "nncf_compress_weights", {"mode": "INT4_SYM", "group_size": 64, "ratio": 0.8}, {}),
+    ]
+    assert [w for w, _ in t.unmapped] == ["passes.ov_convert.input_shapes", "passes.ov_convert.static"]
+
+
+def test_pytorch_model_inc_custom_metric_and_unknown_pass(folder):
+    config = olive(
+        folder,
+        {
+            "conversion": {"type": "OnnxConversion", "target_opset": 17},
+            "inc": {"type": "IncStaticQuantization", "approach": "static"},
+            "mystery": {"type": "SomeFuturePass", "knob": 3},
+            "dyn": [{"type": "OnnxDynamicQuantization", "per_channel": False}, {"type": "OnnxDynamicQuantization", "per_channel": True}],
+        },
+        input_model={
+            "type": "PyTorchModel",
+            "model_path": "weights.pt",
+            "model_script": "user_script.py",
+            "model_loader": "load_model",
+            "dummy_inputs_func": "dummy_inputs",
+            "io_config": {"input_names": ["x"], "input_shapes": [[1, 3, 8, 8]], "input_types": ["float32"], "output_names": ["y"]},
+        },
+        workflow_id="resnet_ptq",
+        search_strategy=True,
+    )
+    config["evaluators"]["common_evaluator"]["metrics"] = [
+        {
+            "name": "acc",
+            "type": "custom",
+            "user_config": {"user_script": "user_script.py", "evaluate_func": "eval_accuracy"},
+            "sub_types": [
+                {"name": "accuracy_custom", "priority": 1, "higher_is_better": True, "goal": {"type": "threshold", "value": 0.9}}
+            ],
+        }
+    ]
+    t = roundtrip(folder, config, "torch")
+    assert t.workflow["name"] == "resnet_ptq"
+    assert t.workflow["input"] == {"format": "torch", "factory": "../user_script.py:load_model"}
+    assert steps(t) == [
+        (
+            "conversion",
+            "torch_export",
+            {"input_shapes": {"x": [1, 3, 8, 8]}, "input_dtypes": {"x": "float32"}, "outputs": ["y"], "opset": 17},
+            {},
+        ),
+        ("dyn", "ort_quantize", {"mode": "dynamic"}, {"per_channel": [False, True]}),
+    ]
+    assert t.workflow["steps"][1]["after"] == "conversion"
+    assert t.workflow["evaluate"] == [
+        {
+            "id": "acc",
+            "evaluator": "custom",
+            "config": {"file": "../user_script.py", "function": "eval_accuracy", "metrics": ["accuracy_custom"]},
+        }
+    ]
+    assert t.workflow["select"] == {
+        "objective": {"metric": "acc.accuracy_custom", "goal": "max"},
+        "constraints": [{"metric": "acc.accuracy_custom", "min": 0.9}],
+    }
+    assert [w for w, _ in t.unmapped] == ["input_model.model_path", "input_model.dummy_inputs_func", "passes.inc", "passes.mystery"]
+    assert "Intel Neural Compressor" in dict(t.unmapped)["passes.inc"]
+    assert "SomeFuturePass" in dict(t.unmapped)["passes.mystery"]
+
+
+def test_model_builder_and_a_hub_model(folder):
+    config = olive(
+        folder,
+        {"builder": {"type": "ModelBuilder", "precision": "int4", "int4_block_size": 64}},
+        input_model={"type": "HfModel", "model_path": "bert"},
+    )
+    t = roundtrip(folder, config, "genai")
+    assert steps(t) == [("builder", "genai_build", {"precision": "int4", "block_size": 64}, {})]
+    assert t.workflow["targets"] == [{"id": "genai-cpu", "runtime": "onnxruntime-genai", "device": "cpu"}]
+    hub = translate({**config, "input_model": {"type": "HfModel", "model_path": "microsoft/Phi-3-mini-4k-instruct"}}, folder / "hub.json")
+    assert hub.workflow["input"]["path"] == "microsoft/Phi-3-mini-4k-instruct"
+    assert [w for w, _ in hub.unmapped] == ["input_model.model_path"]
+    assert "never downloads" in hub.unmapped[0][1]
+
+
+def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, capsys):
+    source = folder / "cli.json"
+    source.write_text(json.dumps(olive(folder, {"q": {"type": "OnnxDynamicQuantization"}, "x": {"type": "Nope"}})))
+    out = folder / "kiln" / "cli.yaml"
+    assert main(["import-olive", str(source), "-o", str(out)]) == 0
+    assert out.read_text().startswith("# Translated from the Olive config cli.json")
+    assert "passes.x" in capsys.readouterr().out
+    assert main(["validate", str(out)]) == 0
+    assert main(["validate", str(source)]) == 2
+    assert "is an Olive config: `engine import-olive" in capsys.readouterr().err
+    (folder / "kiln.json").write_text(json.dumps({"version": 1, "steps": []}))
+    assert main(["import-olive", str(folder / "kiln.json")]) == 2
+    assert "not an Olive config" in capsys.readouterr().err
+    (folder / "broken.json").write_text('{"passes": {')
+    assert main(["import-olive", str(folder / "broken.json")]) == 2
+    err = capsys.readouterr().err
+    assert "broken.json:1" in err and "malformed JSON" in err
+
+
+def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("engine.olive_metrics.TIMING_OPTIONS", {"quiet_wait_s": 1, "max_time_s": 5, "sessions": 1, "min_rounds": 2})
+    config = olive(
+        folder,
+        {"quantization": {"type": "OnnxDynamicQuantization", "per_channel": True}},
+        data_configs=[
+            {"name": "dummy", "type": "DummyDataContainer", "load_dataset_config": {"input_shapes": [[1, 16]], "max_samples": 4}}
+        ],
+    )
+    config["evaluators"]["common_evaluator"]["metrics"] = [
+        {
+            "name": "latency",
+            "type": "latency",
+            "data_config": "dummy",
+            "sub_types": [{"name": "avg", "priority": 1, "metric_config": {"warmup_num": 2, "repeat_test_num": 10}}],
+        }
+    ]
+    source = folder / "run.json"
+    source.write_text(json.dumps(config))
+    code = main(["run", str(source), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out"), "-q"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "pass: ort_quantize" in printed
+    assert (folder / "run.from-olive.yaml").is_file()
+    assert (tmp_path / "out" / "candidates.json").is_file()
+
+
+def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, capsys):
+    config = olive(folder, {"q": {"type": "OnnxDynamicQuantization"}, "bad": [{"type": "OnnxDynamicQuantization"}, 3]}, systems=[])
+    config["evaluators"]["common_evaluator"]["metrics"] = [
+        {"name": "l", "type": "latency", "sub_types": [{"name": "avg", "goal": {"type": "threshold", "value": "fast"}}]}
+    ]
+    (folder / "shape.json").write_text(json.dumps(config))
+    assert main(["import-olive", str(folder / "shape.json")]) == 2
+    err = capsys.readouterr().err
+    assert "3 problems found" in err
+    for where in ("passes.bad[1]", "systems", "evaluators.common_evaluator.metrics[0].sub_types[0].goal.value"):
+        assert f"shape.json: {where}: has the wrong type" in err
+    config = olive(
+        folder, {"q": {"type": "OnnxDynamicQuantization"}}, systems={"local_system": {"type": "LocalSystem", "accelerators": ["cpu"]}}
+    )
+    (folder / "deep.json").write_text(json.dumps(config))
+    assert main(["import-olive", str(folder / "deep.json")]) == 2
+    assert "deep.json: systems.local_system.accelerators[0]: a value of a type or shape" in capsys.readouterr().err
+
+
+def test_a_pass_that_needs_data_and_names_none_gets_a_named_stand_in(folder):
+    t = roundtrip(folder, olive(folder, {"s": {"type": "OnnxStaticQuantization"}}), "nodata")
+    assert steps(t) == [("s", "ort_quantize", {"mode": "static", "calibration": "calibration"}, {})]
+    assert t.workflow["data"] == {"calibration": {"source": "synthetic", "samples": 32}}
+    assert t.notes == ["passes.s.data_config: dataset 'calibration' is a synthetic stand-in; replace it with your data"]
