@@ -29,8 +29,27 @@ def run_workflow(
     store.ensure().clean_stale_staging()  # what killed runs left half-written
     prepare(resolved, store.root, build=True, hooks=hooks)  # before any job: its targets are checked in them
     runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
-    runner.materialize_datasets()
-    search(runner)
+    warm = getattr(runner.executor, "warm", None)
+    if warm is not None:  # pooled workers import the run's libraries while the engine hashes and plans
+        warm(workers, run_libraries(resolved))
+    try:
+        runner.materialize_datasets()
+        search(runner)
+    finally:
+        close = getattr(runner.executor, "close", None)
+        if close is not None:
+            close()
     report = runner.report(started)
     select(resolved, report.results)
     return report
+
+
+def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
+    """The libraries the run's jobs import, roughly in the order they first need them."""
+    groups = [
+        [e.cls for e in resolved.datasets.values()],
+        [s.pass_cls for s in resolved.steps.values()],
+        [t.cls for t in resolved.targets.values()],
+        [e.cls for e in resolved.evaluators.values()],
+    ]
+    return list(dict.fromkeys(lib for group in groups for cls in group for lib in getattr(cls, "libraries", ())))
