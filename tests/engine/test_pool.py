@@ -1,0 +1,104 @@
+"""The warm worker pool: jobs run one after another in the same process, each with its own log;
+a crash or a timeout fails only its job and the worker is replaced; stopping leaves no worker."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from engine_helpers import make_tiny_encoder
+
+from engine import registry
+from engine.core.artifact import ModelArtifact
+from engine.executor import LocalExecutor
+from engine.jobs import WorkOrder
+from engine.pool import preload_modules
+from engine.store import Store
+
+
+@pytest.fixture
+def executor(tmp_path: Path, test_plugins: None, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KILN_PLUGINS", os.environ["KILN_PLUGINS"] + ",passes:pid=kiln_test_plugins:Pid")
+    registry._index.cache_clear()
+    registry.load.cache_clear()
+    executor = LocalExecutor(Store(tmp_path / "store").ensure(), pool=True)
+    yield executor
+    executor.close()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
+    folder = tmp_path_factory.mktemp("tiny")
+    make_tiny_encoder(folder / "model.onnx")
+    return ModelArtifact.from_folder("onnx", folder)
+
+
+def order(model: ModelArtifact, plugin: str, **config: object) -> WorkOrder:
+    return WorkOrder(kind="pass", key=uuid.uuid4().hex, key_doc={}, plugin=plugin, config=dict(config), step_id=plugin, model=model)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_pooled_worker_runs_jobs_one_after_another_each_with_its_own_log(executor, model):
+    first = executor.run(order(model, "pid", tag="first"))
+    second = executor.run(order(model, "pid", tag="second"))
+    assert first.ok and second.ok, (first.error, second.error)
+    assert first.record["details"]["pid"] == second.record["details"]["pid"]
+    assert second.record["details"]["left_behind"] is None  # the environment was put back
+    assert first.log is not None and second.log is not None
+    assert "output of first" in first.log.read_text() and "second" not in first.log.read_text()
+    assert "output of second" in second.log.read_text() and "first" not in second.log.read_text()
+
+
+def test_a_crash_fails_only_its_job_and_a_fresh_worker_runs_the_next(executor, model):
+    before = executor.run(order(model, "pid", tag="before"))
+    crashed = executor.run(order(model, "crash"))
+    after = executor.run(order(model, "pid", tag="after"))
+    assert not crashed.ok and crashed.error.startswith("the worker died with SIGSEGV")
+    assert before.ok and after.ok
+    assert after.record["details"]["pid"] != before.record["details"]["pid"]
+    assert gone(before.record["details"]["pid"])
+
+
+def test_a_timeout_kills_the_worker_and_replaces_it(executor, model):
+    before = executor.run(order(model, "pid", tag="before"))
+    slow = executor.run(order(model, "sleep", seconds=60), timeout_s=1)
+    after = executor.run(order(model, "pid", tag="after"))
+    assert not slow.ok and slow.error.startswith("timed out after 1 s")
+    assert gone(before.record["details"]["pid"])
+    assert after.ok and after.record["details"]["pid"] != before.record["details"]["pid"]
+
+
+def test_stopping_and_closing_leave_no_worker_behind(executor, model):
+    executor.warm(2, [])
+    pids = [worker.pid for worker in executor.pool()._all]
+    interrupted: list[BaseException] = []
+
+    def busy() -> None:
+        try:
+            executor.run(order(model, "sleep", seconds=60))
+        except BaseException as error:  # noqa: BLE001 - the test looks at what it was
+            interrupted.append(error)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    time.sleep(0.5)
+    executor.stop()
+    thread.join(timeout=10)
+    executor.close()
+    assert interrupted and isinstance(interrupted[0], KeyboardInterrupt)
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
+
+
+def test_preloaded_modules_are_the_importable_ones_by_module_name():
+    assert preload_modules(["onnxruntime", "onnxruntime-openvino", "no-such-library-here", "onnx"]) == ["onnxruntime", "onnx"]
