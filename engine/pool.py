@@ -22,11 +22,15 @@ import importlib.util
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 #: a worker serves at most this many jobs, then is replaced (bounds what leaks between jobs)
 MAX_JOBS = 32
@@ -58,11 +62,14 @@ def preload_modules(libraries: Iterable[str]) -> list[str]:
 
 
 class PooledWorker:
-    """One serving worker: jobs go in on its stdin, "done" comes back on its stdout."""
+    """One serving worker: jobs go in on its stdin, "done" comes back on its stdout. Its last
+    argument is a link to the job file it runs (as a one-shot worker's is the job file), so
+    ``ps`` and tools that look at workers see which job each one is on."""
 
-    def __init__(self, python: str, env: dict[str, str]) -> None:
+    def __init__(self, python: str, env: dict[str, str], links: Path) -> None:
+        self.current = links / f"worker-{uuid.uuid4().hex[:12]}.json"
         self.process = subprocess.Popen(
-            [python, "-m", "engine.worker", "--serve"],
+            [python, "-m", "engine.worker", "--serve", str(self.current)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # each job's output goes to its own log (the worker redirects)
@@ -81,6 +88,10 @@ class PooledWorker:
 
     def send(self, job_file: str, log_path: str, deadline: float | None) -> None:
         assert self.process.stdin is not None
+        link = self.current.with_suffix(".tmp")
+        link.unlink(missing_ok=True)
+        os.symlink(job_file, link)
+        os.replace(link, self.current)
         line = json.dumps({"job": job_file, "log": log_path, "deadline": deadline}) + "\n"
         self.process.stdin.write(line.encode())
         self.process.stdin.flush()
@@ -134,6 +145,7 @@ class WorkerPool:
         self._all: set[PooledWorker] = set()
         self._lock = threading.Lock()
         self.closed = False
+        self.links = Path(tempfile.mkdtemp(prefix="kiln-workers-"))
 
     def warm(self, count: int, modules: list[str]) -> None:
         """Start ``count`` workers now, importing ``modules`` in the background."""
@@ -141,7 +153,7 @@ class WorkerPool:
             self.env = {**self.env, "KILN_PRELOAD": ",".join(modules)}
         with self._lock:
             while len(self._all) < count:
-                worker = PooledWorker(self.python, self.env)
+                worker = PooledWorker(self.python, self.env, self.links)
                 self._all.add(worker)
                 self._idle.append(worker)
 
@@ -152,7 +164,7 @@ class WorkerPool:
                 if worker.alive():
                     return worker
                 self._drop(worker)
-            worker = PooledWorker(self.python, self.env)
+            worker = PooledWorker(self.python, self.env, self.links)
             self._all.add(worker)
             return worker
 
@@ -183,3 +195,4 @@ class WorkerPool:
             self._idle.clear()
         for worker in workers:
             worker.kill()
+        shutil.rmtree(self.links, ignore_errors=True)
