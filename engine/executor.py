@@ -160,10 +160,15 @@ class LocalExecutor:
                 self._pool = WorkerPool(self.python, worker_env())
             return self._pool
 
-    def warm(self, count: int, libraries: list[str]) -> None:
-        """Start ``count`` pooled workers importing ``libraries`` while the engine does other work."""
+    def warm(self, count: int) -> None:
+        """Start ``count`` pooled workers now, while the engine does its own first work."""
         if self.pooled:
-            self.pool().warm(count, preload_modules(libraries))
+            self.pool().warm(count)
+
+    def preload(self, libraries: list[str]) -> None:
+        """Have the pooled workers import ``libraries`` (distribution names) while they are idle."""
+        if self.pooled:
+            self.pool().preload(preload_modules(libraries))
 
     def stop(self) -> None:
         """Kill the workers other threads are waiting on (the run was interrupted); ``close``

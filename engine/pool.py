@@ -86,6 +86,14 @@ class PooledWorker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def preload(self, modules: list[str]) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write((json.dumps({"preload": modules}) + "\n").encode())
+            self.process.stdin.flush()
+        except OSError:  # it died: the next job finds out
+            pass
+
     def send(self, job_file: str, log_path: str, deadline: float | None) -> None:
         assert self.process.stdin is not None
         link = self.current.with_suffix(".tmp")
@@ -147,15 +155,23 @@ class WorkerPool:
         self.closed = False
         self.links = Path(tempfile.mkdtemp(prefix="kiln-workers-"))
 
-    def warm(self, count: int, modules: list[str]) -> None:
-        """Start ``count`` workers now, importing ``modules`` in the background."""
-        if modules:
-            self.env = {**self.env, "KILN_PRELOAD": ",".join(modules)}
+    def warm(self, count: int) -> None:
+        """Start ``count`` workers now (Python and the engine imported while the engine plans)."""
         with self._lock:
             while len(self._all) < count:
                 worker = PooledWorker(self.python, self.env, self.links)
                 self._all.add(worker)
                 self._idle.append(worker)
+
+    def preload(self, modules: list[str]) -> None:
+        """Have the idle workers, and every worker started from now on, import ``modules`` while
+        no job waits for them."""
+        if not modules:
+            return
+        with self._lock:
+            self.env = {**self.env, "KILN_PRELOAD": ",".join(modules)}
+            for worker in self._idle:
+                worker.preload(modules)
 
     def acquire(self) -> PooledWorker:
         with self._lock:

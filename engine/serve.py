@@ -1,7 +1,9 @@
 """The serving loop of a pooled worker (``python -m engine.worker --serve``, see engine.pool).
 
-It first imports the libraries named in ``KILN_PRELOAD`` (while the engine does its own first
-work), then reads one job per line on stdin — ``{"job": JOB.json, "log": LOG, "deadline": T}`` —
+Whenever no job is waiting it imports the next of the libraries it was asked to preload (a
+``{"preload": [MODULE, ...]}`` line, or ``KILN_PRELOAD``: the run's libraries, in the order its jobs
+need them; a job never waits for more than the one import under way). It reads one job per line
+on stdin — ``{"job": JOB.json, "log": LOG, "deadline": T}`` —
 runs it as a one-shot worker would, with fds 1 and 2 redirected into the job's log so the log holds
 that job's output alone, puts back what a job may have changed (working directory, environment,
 ``sys.path``, ``sys.argv``, SIGINT/SIGTERM handlers, torch's thread count) and answers ``done`` on
@@ -15,6 +17,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -24,12 +27,11 @@ from typing import Any
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def preload(modules: str) -> None:
-    for module in filter(None, modules.split(",")):
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - a library that fails to import fails the job that needs it, with its message
-            continue
+def preload(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a library that fails to import fails the job that needs it, with its message
+        return
 
 
 def _torch_threads() -> int | None:
@@ -81,16 +83,46 @@ class _State:
             sys.modules["torch"].set_num_threads(threads)
 
 
+class _Commands:
+    """Job lines from stdin, read without blocking when asked (to import libraries meanwhile)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.closed = False
+
+    def next(self, wait: bool) -> bytes | None:
+        while b"\n" not in self.buffer and not self.closed:
+            ready, _, _ = select.select([0], [], [], None if wait else 0)
+            if not ready:
+                return None
+            chunk = os.read(0, 65536)
+            self.closed = not chunk
+            self.buffer += chunk
+        if b"\n" not in self.buffer:
+            return None
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
 def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None]) -> int:
     control = os.fdopen(os.dup(1), "wb", buffering=0)  # replies go to the engine, never the job's output
     idle = os.open(os.devnull, os.O_WRONLY)
     os.dup2(idle, 1)
     os.dup2(idle, 2)
-    preload(os.environ.pop("KILN_PRELOAD", ""))
-    state = _State()
-    for line in sys.stdin.buffer:
+    pending = [module for module in os.environ.pop("KILN_PRELOAD", "").split(",") if module]
+    commands = _Commands()
+    while True:
+        line = commands.next(wait=not pending)
+        if line is None and pending:  # no job waiting: import the next library the run will need
+            preload(pending.pop(0))
+            continue
+        if line is None:
+            return 0  # the engine closed the pipe
         message = json.loads(line)
-        threads = _torch_threads()
+        if "preload" in message:  # the run has work: the libraries it will need
+            pending += [module for module in message["preload"] if module not in pending]
+            continue
+        state, threads = _State(), _torch_threads()  # what the job finds, put back after it
         with _output_to(message["log"], idle):
             deadline[0] = message.get("deadline")
             try:
@@ -102,4 +134,3 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
         control.write(b"recycle\n" if recycle else b"done\n")
         if recycle:
             return 0
-    return 0

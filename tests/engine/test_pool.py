@@ -80,7 +80,7 @@ def test_a_timeout_kills_the_worker_and_replaces_it(executor, model):
 
 
 def test_stopping_and_closing_leave_no_worker_behind(executor, model):
-    executor.warm(2, [])
+    executor.warm(2)
     pids = [worker.pid for worker in executor.pool()._all]
     interrupted: list[BaseException] = []
 
