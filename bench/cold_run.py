@@ -61,6 +61,10 @@ def breakdown(started: float, ended: float, events: list[dict[str, Any]]) -> lis
         lines.append(f"  {label:<44} {end - start:6.2f} s  at {start - started:6.2f}{own}")
     lines.append(f"  {'idle between jobs':<44} {idle:6.2f} s")
     lines.append(f"  {'last job → exit (outputs, report)':<44} {ended - busy_until:6.2f} s")
+    for event in events:  # what was measured, to compare pooled and one-shot workers
+        if event["event"] == "candidate_end" and event.get("metrics"):
+            shown = {k: v for k, v in event["metrics"].items() if k in ("latency.p50_ms", "fidelity.cosine_mean")}
+            lines.append(f"  candidate {event['candidate']}: {shown}")
     return lines
 
 

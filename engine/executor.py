@@ -120,7 +120,12 @@ def run_pooled(pool: WorkerPool, job_file: str, log_path: str, timeout_s: float 
     code, TIMED_OUT), 0 once the job is done; a worker that died or timed out is not reused."""
     worker = pool.acquire()
     try:
-        worker.send(job_file, log_path, worker_deadline(timeout_s))
+        try:
+            worker.send(job_file, log_path, worker_deadline(timeout_s))
+        except BrokenPipeError:  # it died while idle (killed from outside): the job goes to a fresh one
+            pool.discard(worker)
+            worker = pool.acquire()
+            worker.send(job_file, log_path, worker_deadline(timeout_s))
         code = worker.wait_done(timeout_s, stop)
     except TimeoutError:
         pool.discard(worker)

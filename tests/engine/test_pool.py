@@ -4,6 +4,7 @@ a crash or a timeout fails only its job and the worker is replaced; stopping lea
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -102,3 +103,12 @@ def test_stopping_and_closing_leave_no_worker_behind(executor, model):
 
 def test_preloaded_modules_are_the_importable_ones_by_module_name():
     assert preload_modules(["onnxruntime", "onnxruntime-openvino", "no-such-library-here", "onnx"]) == ["onnxruntime", "onnx"]
+
+
+def test_a_worker_killed_while_idle_is_replaced_for_the_next_job(executor, model):
+    executor.warm(1)
+    (worker,) = executor.pool()._all
+    os.kill(worker.pid, signal.SIGKILL)
+    done = executor.run(order(model, "pid", tag="next"))
+    assert done.ok, done.error
+    assert done.record["details"]["pid"] != worker.pid
