@@ -176,7 +176,7 @@ class WorkerPool:
     def acquire(self) -> PooledWorker:
         with self._lock:
             while self._idle:
-                worker = self._idle.pop(0)
+                worker = self._idle.pop()  # the last one back: it has imported most of what jobs need
                 if worker.alive():
                     return worker
                 self._drop(worker)

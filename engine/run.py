@@ -37,7 +37,10 @@ def run_workflow(
         if hasattr(executor, "preload") and has_work(runner):  # a re-run served by the store imports nothing
             executor.preload(run_libraries(resolved))
         runner.materialize_datasets()
-        search(runner)
+        try:
+            search(runner)
+        finally:
+            runner.datasets_done()
     finally:
         close = getattr(executor, "close", None)
         if close is not None:
@@ -65,4 +68,3 @@ def has_work(runner: Runner) -> bool:
         return True
     roots = [job_id for job_id in runner.plan.jobs if runner.plan.spec(job_id).parent is None]
     return any(runner.store.lookup(runner.job_key(job_id, runner.input.digest)[0]) is None for job_id in roots)
-
