@@ -112,3 +112,37 @@ def test_a_worker_killed_while_idle_is_replaced_for_the_next_job(executor, model
     done = executor.run(order(model, "pid", tag="next"))
     assert done.ok, done.error
     assert done.record["details"]["pid"] != worker.pid
+
+
+def test_with_two_workers_datasets_are_read_alongside_passes_and_jobs_wait_for_them(tmp_path, tiny_onnx, test_plugins):
+    import numpy as np
+    from engine_helpers import tiny_workflow, write_workflow
+
+    from engine.hooks import Hooks
+    from engine.run import run_workflow
+    from engine.workflow import load_workflow
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 1000, size=(6, 16), dtype=np.int64)
+    np.savez(tmp_path / "rows.npz", input_ids=ids, attention_mask=np.ones_like(ids))
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["data"] = {
+        "rows": {"source": "npz", "path": str(tmp_path / "rows.npz")},
+        "calib": {"source": "npz", "path": str(tmp_path / "rows.npz"), "split": {"take": "first", "count": 3}},
+    }
+    workflow["steps"] = [{"id": "a", "pass": "copy", "config": {"tag": "a"}}, {"id": "b", "pass": "copy", "config": {"tag": "b"}}]
+    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}]
+    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
+
+    class Seen(Hooks):
+        def __init__(self) -> None:
+            self.read: list[str] = []
+
+        def dataset_done(self, name: str, status: str, samples: int | None) -> None:
+            self.read.append(f"{name}:{status}:{samples}")
+
+    seen = Seen()
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), seen, workers=2)
+    assert sorted(seen.read) == ["calib:ran:3", "rows:ran:6"]
+    assert len(report.results) >= 2 and all(r.state == "complete" for r in report.results)
+    assert all(r.metrics["fidelity.cosine_mean"] > 0.999 for r in report.results)
