@@ -63,7 +63,7 @@ def breakdown(started: float, ended: float, events: list[dict[str, Any]]) -> lis
     lines.append(f"  {'last job → exit (outputs, report)':<44} {ended - busy_until:6.2f} s")
     for event in events:  # what was measured, to compare pooled and one-shot workers
         if event["event"] == "candidate_end" and event.get("metrics"):
-            shown = {k: v for k, v in event["metrics"].items() if k in ("latency.p50_ms", "fidelity.cosine_mean")}
+            shown = {k: v for k, v in event["metrics"].items() if k in ("latency.p50_ms", "latency.others_cores", "fidelity.cosine_mean")}
             lines.append(f"  candidate {event['candidate']}: {shown}")
     return lines
 
