@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.jobs import WorkOrder
 from engine.locks import job_lock
+from engine.pool import WorkerPool, preload_modules
 from engine.store import Store, write_json_atomic
 
 
@@ -48,17 +49,30 @@ TIMED_OUT = "timed out"
 WORKER_GRACE_S = 10.0
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of a worker process, one-shot or pooled."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env["KILN_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (engine.worker)
+    env.pop("KILN_DEADLINE", None)
+    env.pop("KILN_PRELOAD", None)
+    return env
+
+
+def worker_deadline(timeout_s: float | None) -> float | None:
+    """When a worker stops a job by itself (a little after the engine would have)."""
+    return None if timeout_s is None else time.time() + timeout_s + WORKER_GRACE_S
+
+
 def run_worker_process(
     python: str, job_file: str, log_path: str, timeout_s: float | None, stop: threading.Event | None = None
 ) -> int | str:
     """Run ``python -m engine.worker JOB`` with its output in ``log_path``; its exit code, or
     TIMED_OUT after killing its whole process group. Used locally and inside Ray tasks. ``stop``
     set (the engine interrupted in another thread) kills the worker and raises KeyboardInterrupt."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env["KILN_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (engine.worker)
-    env.pop("KILN_DEADLINE", None)
-    if timeout_s is not None:
-        env["KILN_DEADLINE"] = repr(time.time() + timeout_s + WORKER_GRACE_S)
+    env = worker_env()
+    deadline = worker_deadline(timeout_s)
+    if deadline is not None:
+        env["KILN_DEADLINE"] = repr(deadline)
     with open(log_path, "w", encoding="utf-8") as log:
         process = subprocess.Popen(
             [python, "-m", "engine.worker", job_file],
@@ -101,22 +115,83 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-class LocalExecutor:
-    """One worker process per job on this machine. How many run at once is the gate's business
-    (engine.gate); the executor only runs what it is given."""
+def run_pooled(pool: WorkerPool, job_file: str, log_path: str, timeout_s: float | None, stop: threading.Event | None) -> int | str:
+    """``run_worker_process`` in a warm worker of ``pool``: the same outcomes (a died worker's exit
+    code, TIMED_OUT), 0 once the job is done; a worker that died or timed out is not reused."""
+    worker = pool.acquire()
+    try:
+        try:
+            worker.send(job_file, log_path, worker_deadline(timeout_s))
+        except BrokenPipeError:  # it died while idle (killed from outside): the job goes to a fresh one
+            pool.discard(worker)
+            worker = pool.acquire()
+            worker.send(job_file, log_path, worker_deadline(timeout_s))
+        code = worker.wait_done(timeout_s, stop)
+    except TimeoutError:
+        pool.discard(worker)
+        return TIMED_OUT
+    except BaseException:  # Ctrl-C, the engine being stopped, a broken pipe: take the worker down too
+        pool.discard(worker)
+        raise
+    if code is not None:
+        pool.discard(worker)
+        return code
+    pool.release(worker)
+    return 0
 
-    def __init__(self, store: Store, python: str | None = None) -> None:
+
+def pooling_enabled() -> bool:
+    """Warm workers unless ``KILN_POOL=0`` (every job in a fresh process, as before)."""
+    return os.environ.get("KILN_POOL", "1") != "0"
+
+
+class LocalExecutor:
+    """Worker processes on this machine: warm pooled workers (engine.pool) for this interpreter,
+    a fresh process per job for others (isolated environments) or with ``KILN_POOL=0``. How many
+    run at once is the gate's business (engine.gate); the executor only runs what it is given."""
+
+    def __init__(self, store: Store, python: str | None = None, pool: bool | None = None) -> None:
         self.store = store
         self.python = python or sys.executable
         self.logs = store.root / "logs"
         self._stop = threading.Event()
+        self.pooled = pooling_enabled() if pool is None else pool
+        self._pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
+
+    def pool(self) -> WorkerPool:
+        with self._pool_lock:
+            if self._pool is None or self._pool.closed:
+                self._pool = WorkerPool(self.python, worker_env())
+            return self._pool
+
+    def warm(self, count: int) -> None:
+        """Start ``count`` pooled workers now, while the engine does its own first work."""
+        if self.pooled:
+            self.pool().warm(count)
+
+    def preload(self, libraries: list[str]) -> None:
+        """Have the pooled workers import ``libraries`` (distribution names) while they are idle."""
+        if self.pooled:
+            self.pool().preload(preload_modules(libraries))
 
     def stop(self) -> None:
-        """Kill the workers other threads are waiting on (the run was interrupted)."""
+        """Kill the workers other threads are waiting on (the run was interrupted); ``close``
+        then ends the idle ones."""
         self._stop.set()
 
+    def close(self) -> None:
+        """End the pooled workers (the run is over)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
     def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
-        return run_worker_process(job.python or self.python, str(job_file), str(log_path), timeout_s, self._stop)
+        python = job.python or self.python
+        if self.pooled and python == self.python:
+            return run_pooled(self.pool(), str(job_file), str(log_path), timeout_s, self._stop)
+        return run_worker_process(python, str(job_file), str(log_path), timeout_s, self._stop)
 
     def run(self, job: WorkOrder, timeout_s: float | None = None) -> Outcome:
         """Run ``job`` in a worker, unless another run sharing the store is building the same

@@ -22,7 +22,7 @@ from engine.store import Store
 
 class RayExecutor(LocalExecutor):
     def __init__(self, store: Store, address: str | None = None, targets: Any = None, python: str | None = None) -> None:
-        super().__init__(store, python)
+        super().__init__(store, python, pool=False)  # Ray tasks run one-shot workers
         try:
             import ray
         except ImportError:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from engine.environments import prepare
+from engine.executor import LocalExecutor
 from engine.hooks import Hooks
 from engine.results import RunReport
 from engine.runner import Runner
@@ -27,10 +28,43 @@ def run_workflow(
     """Run the search the workflow asks for (cache first), then rank the candidates."""
     started = time.perf_counter()
     store.ensure().clean_stale_staging()  # what killed runs left half-written
-    prepare(resolved, store.root, build=True, hooks=hooks)  # before any job: its targets are checked in them
-    runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
-    runner.materialize_datasets()
-    search(runner)
+    executor = executor if executor is not None else LocalExecutor(store)
+    if hasattr(executor, "warm"):  # pooled workers start while the engine prepares, hashes and plans
+        executor.warm(workers)
+    try:
+        prepare(resolved, store.root, build=True, hooks=hooks)  # before any job: its targets are checked in them
+        runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
+        if hasattr(executor, "preload") and has_work(runner):  # a re-run served by the store imports nothing
+            executor.preload(run_libraries(resolved))
+        runner.materialize_datasets()
+        try:
+            search(runner)
+        finally:
+            runner.datasets_done()
+    finally:
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
     report = runner.report(started)
     select(resolved, report.results)
     return report
+
+
+def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
+    """The libraries the run's jobs import, roughly in the order they first need them."""
+    groups = [
+        [e.cls for e in resolved.datasets.values()],
+        [s.pass_cls for s in resolved.steps.values()],
+        [t.cls for t in resolved.targets.values()],
+        [e.cls for e in resolved.evaluators.values()],
+    ]
+    return list(dict.fromkeys(lib for group in groups for cls in group for lib in getattr(cls, "libraries", ())))
+
+
+def has_work(runner: Runner) -> bool:
+    """Whether a dataset or a first pass is missing from the store (a cold or changed run)."""
+    read_first = [name for name, entry in runner.resolved.datasets.items() if not entry.cls.needs_signature]
+    if any(runner.store.lookup(runner.datasets.keys[name]) is None for name in read_first):
+        return True
+    roots = [job_id for job_id in runner.plan.jobs if runner.plan.spec(job_id).parent is None]
+    return any(runner.store.lookup(runner.job_key(job_id, runner.input.digest)[0]) is None for job_id in roots)

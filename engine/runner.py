@@ -69,6 +69,8 @@ class Runner:
         self.results: dict[str, CandidateResult] = {}  # by candidate id, in processing order
         self.references: dict[str, CandidateResult] = {}  # by target
         self.jobs: dict[str, JobState] = {}
+        self._datasets_thread: threading.Thread | None = None
+        self._datasets_error: BaseException | None = None
 
     # -- keys (`engine plan` computes the same ones in engine.plan_status) ------------------------
     def job_key(self, job_id: str, input_digest: str) -> Key:
@@ -83,7 +85,27 @@ class Runner:
         return self.store.cached_digest(path, "file")
 
     def materialize_datasets(self) -> None:
-        self.datasets.materialize(self.executor, self.hooks)
+        """Read the datasets: first, one job at a time; alongside the first passes (each read
+        taking a place in the gate, jobs that use a dataset waiting for it) when more may run."""
+        if self.gate.workers == 1:
+            self.datasets.materialize(self.executor, self.hooks)
+            return
+
+        def read() -> None:
+            try:
+                self.datasets.materialize(self.executor, self.hooks, self.gate)
+            except BaseException as error:  # noqa: BLE001 - raised again by datasets_done
+                self._datasets_error = error
+
+        self._datasets_thread = threading.Thread(target=read, name="kiln-datasets", daemon=True)
+        self._datasets_thread.start()
+
+    def datasets_done(self) -> None:
+        """Wait for the datasets read alongside the passes; raise what stopped them, if anything."""
+        if self._datasets_thread is not None:
+            self._datasets_thread.join()
+        if self._datasets_error is not None:
+            raise self._datasets_error
 
     # -- lookup → run → record ------------------------------------------------------------------
     def _fetch(

@@ -203,11 +203,18 @@ def _die(why: str) -> None:
     os._exit(124)
 
 
-def _watch(parent: int | None, deadline: float | None) -> None:
+#: the running job's deadline (time.time()), watched by the watchdog thread; a serving worker sets it per job
+_deadline: list[float | None] = [None]
+
+
+def _watch(parent: int | None, deadline: float | None, pdeathsig: bool = True) -> None:
     """The worker's own guard: it dies with the engine that started it (PR_SET_PDEATHSIG on
     Linux, and a thread polling the parent's pid everywhere) and at its own deadline, so a
-    hanging runtime never outlives a killed engine or its timeout."""
-    if parent is not None and sys.platform.startswith("linux"):
+    hanging runtime never outlives a killed engine or its timeout. A serving worker skips
+    PR_SET_PDEATHSIG (it fires when the engine *thread* that started it ends) and relies on the
+    thread."""
+    _deadline[0] = deadline
+    if pdeathsig and parent is not None and sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
@@ -219,19 +226,17 @@ def _watch(parent: int | None, deadline: float | None) -> None:
         while True:
             if parent is not None and os.getppid() != parent:
                 _die(f"the engine (pid {parent}) is gone")
-            if deadline is not None and time.time() > deadline:
+            if _deadline[0] is not None and time.time() > _deadline[0]:
                 _die("this job ran past its deadline")
             time.sleep(0.5)
 
-    if parent is not None or deadline is not None:
+    if parent is not None or deadline is not None or not pdeathsig:
         threading.Thread(target=loop, name="kiln-watchdog", daemon=True).start()
 
 
-def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    parent, deadline = os.environ.get("KILN_PARENT_PID"), os.environ.get("KILN_DEADLINE")
-    _watch(int(parent) if parent else None, float(deadline) if deadline else None)
-    job = WorkOrder.from_json(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+def run_job_file(job_file: Path) -> dict[str, Any]:
+    """Run the job in ``job_file`` and write its result file; the outcome written."""
+    job = WorkOrder.from_json(json.loads(job_file.read_text(encoding="utf-8")))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     assert job.store is not None and job.result is not None, "the executor places every job"
@@ -252,6 +257,19 @@ def main(argv: list[str]) -> int:
             "traceback": traceback.format_exc(),
         }
     write_json_atomic(result_path, outcome)
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    parent, deadline = os.environ.get("KILN_PARENT_PID"), os.environ.get("KILN_DEADLINE")
+    if argv and argv[0] == "--serve":
+        from engine.serve import serve
+
+        _watch(int(parent) if parent else None, None, pdeathsig=False)
+        return serve(run_job_file, _deadline)
+    _watch(int(parent) if parent else None, float(deadline) if deadline else None)
+    run_job_file(Path(argv[0]))
     return 0
 
 

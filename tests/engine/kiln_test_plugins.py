@@ -4,6 +4,7 @@ KILN_PLUGINS by the ``test_plugins`` fixture; never shipped."""
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import sys
 import time
@@ -74,3 +75,15 @@ class Where(Copy):
         import six  # type: ignore[import-untyped]  # only the step's environment has it
 
         return PassResult(model=result.model, details={"prefix": sys.prefix, "six": six.__version__})
+
+
+class Pid(Copy):
+    name = "pid"
+    summary = "copies its input, prints its tag, and says which process ran it and what a job before it left set"
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        result = super().run(model, ctx)
+        print(f"output of {self.config.tag}")
+        leaked = os.environ.get("KILN_TEST_LEFT_BEHIND")
+        os.environ["KILN_TEST_LEFT_BEHIND"] = self.config.tag  # a serving worker puts its environment back
+        return PassResult(model=result.model, details={"pid": os.getpid(), "left_behind": leaked, "cwd": os.getcwd()})

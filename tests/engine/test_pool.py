@@ -1,0 +1,148 @@
+"""The warm worker pool: jobs run one after another in the same process, each with its own log;
+a crash or a timeout fails only its job and the worker is replaced; stopping leaves no worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from engine_helpers import make_tiny_encoder
+
+from engine import registry
+from engine.core.artifact import ModelArtifact
+from engine.executor import LocalExecutor
+from engine.jobs import WorkOrder
+from engine.pool import preload_modules
+from engine.store import Store
+
+
+@pytest.fixture
+def executor(tmp_path: Path, test_plugins: None, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KILN_PLUGINS", os.environ["KILN_PLUGINS"] + ",passes:pid=kiln_test_plugins:Pid")
+    registry._index.cache_clear()
+    registry.load.cache_clear()
+    executor = LocalExecutor(Store(tmp_path / "store").ensure(), pool=True)
+    yield executor
+    executor.close()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
+    folder = tmp_path_factory.mktemp("tiny")
+    make_tiny_encoder(folder / "model.onnx")
+    return ModelArtifact.from_folder("onnx", folder)
+
+
+def order(model: ModelArtifact, plugin: str, **config: object) -> WorkOrder:
+    return WorkOrder(kind="pass", key=uuid.uuid4().hex, key_doc={}, plugin=plugin, config=dict(config), step_id=plugin, model=model)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_pooled_worker_runs_jobs_one_after_another_each_with_its_own_log(executor, model):
+    first = executor.run(order(model, "pid", tag="first"))
+    second = executor.run(order(model, "pid", tag="second"))
+    assert first.ok and second.ok, (first.error, second.error)
+    assert first.record["details"]["pid"] == second.record["details"]["pid"]
+    assert second.record["details"]["left_behind"] is None  # the environment was put back
+    assert first.log is not None and second.log is not None
+    assert "output of first" in first.log.read_text() and "second" not in first.log.read_text()
+    assert "output of second" in second.log.read_text() and "first" not in second.log.read_text()
+
+
+def test_a_crash_fails_only_its_job_and_a_fresh_worker_runs_the_next(executor, model):
+    before = executor.run(order(model, "pid", tag="before"))
+    crashed = executor.run(order(model, "crash"))
+    after = executor.run(order(model, "pid", tag="after"))
+    assert not crashed.ok and crashed.error.startswith("the worker died with SIGSEGV")
+    assert before.ok and after.ok
+    assert after.record["details"]["pid"] != before.record["details"]["pid"]
+    assert gone(before.record["details"]["pid"])
+
+
+def test_a_timeout_kills_the_worker_and_replaces_it(executor, model):
+    before = executor.run(order(model, "pid", tag="before"))
+    slow = executor.run(order(model, "sleep", seconds=60), timeout_s=1)
+    after = executor.run(order(model, "pid", tag="after"))
+    assert not slow.ok and slow.error.startswith("timed out after 1 s")
+    assert gone(before.record["details"]["pid"])
+    assert after.ok and after.record["details"]["pid"] != before.record["details"]["pid"]
+
+
+def test_stopping_and_closing_leave_no_worker_behind(executor, model):
+    executor.warm(2)
+    pids = [worker.pid for worker in executor.pool()._all]
+    interrupted: list[BaseException] = []
+
+    def busy() -> None:
+        try:
+            executor.run(order(model, "sleep", seconds=60))
+        except BaseException as error:  # noqa: BLE001 - the test looks at what it was
+            interrupted.append(error)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    time.sleep(0.5)
+    executor.stop()
+    thread.join(timeout=10)
+    executor.close()
+    assert interrupted and isinstance(interrupted[0], KeyboardInterrupt)
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
+
+
+def test_preloaded_modules_are_the_importable_ones_by_module_name():
+    assert preload_modules(["onnxruntime", "onnxruntime-openvino", "no-such-library-here", "onnx"]) == ["onnxruntime", "onnx"]
+
+
+def test_a_worker_killed_while_idle_is_replaced_for_the_next_job(executor, model):
+    executor.warm(1)
+    (worker,) = executor.pool()._all
+    os.kill(worker.pid, signal.SIGKILL)
+    done = executor.run(order(model, "pid", tag="next"))
+    assert done.ok, done.error
+    assert done.record["details"]["pid"] != worker.pid
+
+
+def test_with_two_workers_datasets_are_read_alongside_passes_and_jobs_wait_for_them(tmp_path, tiny_onnx, test_plugins):
+    import numpy as np
+    from engine_helpers import tiny_workflow, write_workflow
+
+    from engine.hooks import Hooks
+    from engine.run import run_workflow
+    from engine.workflow import load_workflow
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 1000, size=(6, 16), dtype=np.int64)
+    np.savez(tmp_path / "rows.npz", input_ids=ids, attention_mask=np.ones_like(ids))
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["data"] = {
+        "rows": {"source": "npz", "path": str(tmp_path / "rows.npz")},
+        "calib": {"source": "npz", "path": str(tmp_path / "rows.npz"), "split": {"take": "first", "count": 3}},
+    }
+    workflow["steps"] = [{"id": "a", "pass": "copy", "config": {"tag": "a"}}, {"id": "b", "pass": "copy", "config": {"tag": "b"}}]
+    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}]
+    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
+
+    class Seen(Hooks):
+        def __init__(self) -> None:
+            self.read: list[str] = []
+
+        def dataset_done(self, name: str, status: str, samples: int | None) -> None:
+            self.read.append(f"{name}:{status}:{samples}")
+
+    seen = Seen()
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), seen, workers=2)
+    assert sorted(seen.read) == ["calib:ran:3", "rows:ran:6"]
+    assert len(report.results) >= 2 and all(r.state == "complete" for r in report.results)
+    assert all(r.metrics["fidelity.cosine_mean"] > 0.999 for r in report.results)
