@@ -125,9 +125,7 @@ def olive_config(job: str, model: Path, cache_dir: Path, output_dir: Path, sente
         providers = ["OpenVINOExecutionProvider"]
     return {
         "input_model": {"type": "HfModel", "model_path": str(model), "task": "feature-extraction"},
-        "systems": {
-            "local_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": providers}]}
-        },
+        "systems": {"local_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": providers}]}},
         "data_configs": [
             _sentences("latency_data", model, sentences, user_script, 1),
             _sentences("calibration_data", model, sentences, user_script, CALIBRATION_LINES),

@@ -156,7 +156,9 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
     run.wall_s, run.cpu_s, run.peak_rss_mb, rc = measured(command, env, log)
     (olive_result if tool == "olive" else kiln_result)(run, rc, log, out)
     state = "ok" if run.ok else f"FAILED: {run.error}"
-    console.print(f"  round {index} {job:>3} {tool:<5} {phase}: {run.wall_s:6.1f} s wall, {run.cpu_s:6.1f} s CPU, {run.peak_rss_mb:6.0f} MB · {state}")
+    console.print(
+        f"  round {index} {job:>3} {tool:<5} {phase}: {run.wall_s:6.1f} s wall, {run.cpu_s:6.1f} s CPU, {run.peak_rss_mb:6.0f} MB · {state}"
+    )
     return run
 
 
@@ -276,6 +278,8 @@ def print_table(summary: dict[str, Any]) -> None:
         paired = f"{_fmt(r['wall'], '.2f')} (paired {_fmt(r['wall_paired_median'], '.2f')})"
         table.add_row(job, phase, "ratio", "", paired, _fmt(r["cpu"], ".2f"), _fmt(r["peak_rss"], ".2f"), "", "", "", end_section=True)
     console.print(table)
+    for job in sorted({name.split("/")[0] for name in summary}):
+        console.print(f"{job}: {JOB_TITLES[job]}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -13,7 +13,7 @@ from olive.data.registry import Registry
 MAX_LENGTH = 128
 
 
-def _tokenizer(model_path: str):  # noqa: ANN202 - transformers is imported lazily
+def _tokenizer(model_path: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)
@@ -33,7 +33,7 @@ class SentenceDataset(torch.utils.data.Dataset):  # type: ignore[misc]
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: int):  # noqa: ANN204
+    def __getitem__(self, index: int):
         return self.items[index], torch.tensor(0)
 
 
@@ -42,7 +42,7 @@ def kiln_sentences(path: str, model_path: str, start: int = 0, count: int = 32) 
     return SentenceDataset(path, model_path, start, count)
 
 
-def example_input():  # noqa: ANN201 - OpenVINOConversion's example_input_func
+def example_input():
     """One tokenized line at batch 1, 128 tokens (the latency shape)."""
     item = SentenceDataset(os.environ["KILN_BENCH_SENTENCES"], os.environ["KILN_BENCH_MODEL"], 0, 1)[0][0]
     return {name: tensor.unsqueeze(0) for name, tensor in item.items()}
