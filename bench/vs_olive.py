@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -48,6 +49,7 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT_START, HELDOUT_COUNT = 32, 64
+SUMMARY = re.compile(r"passes: (\d+) run \([\d.]+ s\), (\d+) cached · evaluations: (\d+) run \([\d.]+ s\), (\d+) cached")
 console = Console(width=170)  # the table fits a README code block unwrapped
 
 
@@ -137,7 +139,11 @@ def kiln_result(run: Run, rc: int, log: Path, output_dir: Path) -> None:
     if chosen:
         run.chosen = chosen[0]["path"]
         run.latency_p50_ms = chosen[0]["metrics"].get("latency.p50_ms")
-        run.extra["passes_run"] = sum(1 for s in chosen[0]["steps"] if s.get("status") == "done")
+    done = SUMMARY.search(log.read_text(encoding="utf-8", errors="replace"))
+    if done:  # what the run did itself and what came from the store
+        run.extra.update(
+            zip(("passes_run", "passes_cached", "evaluations_run", "evaluations_cached"), map(int, done.groups()), strict=True)
+        )
 
 
 def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_python: Path) -> Run:
@@ -157,6 +163,8 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
     run.wall_s, run.cpu_s, run.peak_rss_mb, rc = measured(command, env, log)
     (olive_result if tool == "olive" else kiln_result)(run, rc, log, out)
     state = "ok" if run.ok else f"FAILED: {run.error}"
+    if "passes_run" in run.extra:
+        state += f" ({run.extra['passes_run']} passes run, {run.extra['passes_cached']} from the store)"
     console.print(
         f"  round {index} {job:>3} {tool:<5} {phase}: {run.wall_s:6.1f} s wall, {run.cpu_s:6.1f} s CPU, {run.peak_rss_mb:6.0f} MB · {state}"
     )
