@@ -12,8 +12,8 @@ config and a Kiln workflow (each run writes its own; bench/vs_olive/ holds copie
 
 Both time batch 1 x 128 tokens, 10 warm-up and 100 timed runs, the chain's last model only (Olive:
 no search, input model not evaluated; Kiln: no baselines, latency not compared against FP32).
-Where they differ: Olive times one real tokenized line, Kiln synthetic token ids of the same
-shape; Olive's OpenVINO conversion traces the PyTorch model with one tokenized line, Kiln's with
+Where they differ: Olive times real tokenized lines, Kiln synthetic token ids of the same shape;
+Olive times an OpenVINO model once per line of its data without warm-up (110 lines: 110 runs); Olive's OpenVINO conversion traces the PyTorch model with one tokenized line, Kiln's with
 its own example inputs.
 
 Per round and job: Olive cold, Kiln cold (fresh cache / store each), then Olive warm, Kiln warm
