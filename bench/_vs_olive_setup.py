@@ -5,8 +5,8 @@ Olive's environment is a plain virtual environment, not one of Kiln's isolated e
 olive-ai's ``torch`` requirement would pull PyPI's multi-GB CUDA build. Here pip installs with
 ``-c constraints.txt`` (torch pinned to the CPU wheel) and, like Kiln's environments, a ``.pth``
 file puts Kiln's own site-packages after the environment's: olive-ai and what it needs beyond
-Kiln's stack (pydantic<2.14, requests, pandas, torchmetrics, ...) live in the environment, and
-torch, transformers, onnx, onnxruntime, openvino and nncf are the very libraries Kiln runs with
+Kiln's stack (pydantic<2.14, requests, transformers 4, pandas, torchmetrics, ...) live in the
+environment, and torch, onnx, onnxruntime, openvino and nncf are the very libraries Kiln runs with
 (both tools time the same runtimes). Built once per requirements hash and reused.
 """
 
@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench" / "vs_olive"
 SENTENCES = ROOT / "workflows" / "data" / "sentences.txt"
 CONSTRAINTS = ROOT / "constraints.txt"
-#: olive-ai 0.13.0 needs requests and pydantic<2.14 but does not declare them
-OLIVE_REQUIREMENTS = ("olive-ai==0.13.0", "requests", "pydantic<2.14")
+#: olive-ai 0.13.0 needs requests and pydantic<2.14 but does not declare them, and transformers 4: with
+#: transformers 5 its ONNX export fails (BertModel.forward() got multiple values for argument 'use_cache')
+OLIVE_REQUIREMENTS = ("olive-ai==0.13.0", "requests", "pydantic<2.14", "transformers<5")
 DEFAULT_VENV_ROOT = Path.home() / ".cache" / "kiln-bench"
 JOBS = ("ort", "ov")
 JOB_TITLES = {"ort": "ORT: export → fusion → dynamic INT8", "ov": "OpenVINO → NNCF INT8"}
