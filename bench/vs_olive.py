@@ -216,9 +216,10 @@ class Quality:
             import openvino as ov
 
             compiled = ov.Core().compile_model(str(path), "CPU")
-            names = [port.any_name for port in compiled.inputs]
+            order = list(self.batch.keys())  # a traced IR may name its inputs by number: then by position
+            names = [next((n for n in port.get_names() if n in self.batch), order[k]) for k, port in enumerate(compiled.inputs)]
             for i in range(len(self.batch["input_ids"])):
-                outputs = compiled({n: self.batch[n][i : i + 1].astype(np.int64) for n in names})
+                outputs = compiled([self.batch[n][i : i + 1].astype(np.int64) for n in names])
                 rows.append(next(o for o in outputs.values() if o.ndim == 3))
         return np.concatenate(rows, axis=0)
 
@@ -337,7 +338,10 @@ def main(argv: list[str] | None = None) -> None:
         quality = Quality()
         for run in runs:
             if run.ok and run.model:
-                run.cosine = quality(run.model)
+                try:
+                    run.cosine = quality(run.model)
+                except Exception as error:  # noqa: BLE001 - a model the check cannot feed keeps its timings
+                    run.extra["quality_error"] = f"{type(error).__name__}: {error}"
         summary = summarize(runs)
         print_table(summary)
         if args.json:
