@@ -24,11 +24,11 @@ def read_config(path: Path) -> Any:
 
 def olive_file(path: Path) -> bool:
     """Whether ``path`` is recognisably an Olive config (a Kiln workflow, or anything unreadable, is not)."""
-    if path.suffix.lower() not in (".json", ".yaml", ".yml") or not path.is_file():
-        return False
     try:
+        if path.suffix.lower() not in (".json", ".yaml", ".yml") or not path.is_file():
+            return False
         return is_olive_config(read_config(path))
-    except InputError:
+    except (InputError, OSError):  # a name too long, a FIFO, no permission: not an Olive config either
         return False
 
 

@@ -10,7 +10,7 @@ was running, with the one-shot worker's message, and is not reused; the next job
 worker. A timeout kills that worker's process group. ``close()`` (end of run, Ctrl-C) kills all.
 
 What a job may leave behind, and the policy: the worker itself restores the working directory,
-``os.environ``, ``sys.path``, ``sys.argv``, the SIGINT/SIGTERM handlers and torch's thread count
+``os.environ``, ``sys.path`` (what a job added stays: libraries put their own folders there), ``sys.argv``, the SIGINT/SIGTERM handlers and torch's thread count
 after each job (engine.worker). A worker is recycled (ended, not reused) after a job that failed
 with an unexpected exception (a plugin's bug may leave broken state behind) and after
 ``MAX_JOBS`` jobs. Jobs for another interpreter (isolated environments) run one-shot.

@@ -6,7 +6,7 @@ need them; a job never waits for more than the one import under way). It reads o
 on stdin — ``{"job": JOB.json, "log": LOG, "deadline": T}`` —
 runs it as a one-shot worker would, with fds 1 and 2 redirected into the job's log so the log holds
 that job's output alone, puts back what a job may have changed (working directory, environment,
-``sys.path``, ``sys.argv``, SIGINT/SIGTERM handlers, torch's thread count) and answers ``done`` on
+``sys.path`` (entries added stay), ``sys.argv``, SIGINT/SIGTERM handlers, torch's thread count) and answers ``done`` on
 its original stdout, or ``recycle`` after a job that failed with an unexpected exception (then it
 exits: a plugin's bug may leave broken state behind).
 """
@@ -74,7 +74,10 @@ class _State:
         os.chdir(self.cwd)
         os.environ.clear()
         os.environ.update(self.environ)
-        sys.path[:] = self.path
+        # entries a job added stay, after the ones it found: a library imported by the job may have
+        # put its own folder on sys.path (onnxruntime.transformers does), and its modules imported
+        # later, by another job, are found through it; only removals and reorderings are undone
+        sys.path[:] = self.path + [entry for entry in sys.path if entry not in self.path]
         sys.argv[:] = self.argv
         for number, handler in self.handlers.items():
             if signal.getsignal(number) is not handler and handler is not None:

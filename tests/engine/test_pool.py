@@ -146,3 +146,18 @@ def test_with_two_workers_datasets_are_read_alongside_passes_and_jobs_wait_for_t
     assert sorted(seen.read) == ["calib:ran:3", "rows:ran:6"]
     assert len(report.results) >= 2 and all(r.state == "complete" for r in report.results)
     assert all(r.metrics["fidelity.cosine_mean"] > 0.999 for r in report.results)
+
+
+def test_a_job_s_additions_to_sys_path_stay_and_what_it_removed_comes_back(monkeypatch):
+    """onnxruntime.transformers appends its folder to sys.path on import and imports modules from it
+    later (fp16's float16 converter after an earlier job's fusion): undoing the addition broke that."""
+    import sys
+
+    from engine.serve import _State
+
+    monkeypatch.setattr(sys, "path", ["/a", "/b"])
+    state = _State()
+    sys.path.remove("/a")
+    sys.path.append("/library/folder")
+    state.restore(threads=None)
+    assert sys.path == ["/a", "/b", "/library/folder"]
