@@ -81,7 +81,7 @@ def main() -> None:
             grid = run_workflow(load_workflow(with_search(workflow, local, sampler="grid")), store)
             grid_wall = time.perf_counter() - started
             best = next(r for r in grid.results if r.chosen)
-            objective = grid.resolved.spec.select.objective.metric
+            objective = grid.resolved.spec.select.primary.metric
             keys, seconds_of = job_costs(grid, store)
             grid_order = [repr(r.candidate.params) for r in grid.results]
             print(
@@ -90,7 +90,7 @@ def main() -> None:
             print(f"grid's best: {best.label} · {objective} = {best.metrics[objective]:.2f}")
             at = grid.results.index(best) + 1
             print(f"grid: reached it after {at} candidates, {prefix_cost(grid_order[:at], keys, seconds_of):.0f} s of work")
-            goal = grid.resolved.spec.select.objective.goal
+            goal = grid.resolved.spec.select.primary.goal
             near = {
                 repr(r.candidate.params)
                 for r in grid.results

@@ -66,6 +66,10 @@ class Hooks:
     def budget_reached(self, target: str, reason: str) -> None:
         """The search of a target stops before its space is exhausted."""
 
+    def study_opened(self, target: str, study: str, note: str) -> None:
+        """A target's sampler opened its study: ``note`` says whether it continues one or is new
+        (and then what changed since the last one of the workflow)."""
+
 
 class Fanout(Hooks):
     """Every hook call, passed to each of ``observers`` in turn."""
@@ -175,3 +179,6 @@ class EventLog(Hooks):
 
     def budget_reached(self, target: str, reason: str) -> None:
         self.write("budget", target=target, reason=reason)
+
+    def study_opened(self, target: str, study: str, note: str) -> None:
+        self.write("study", target=target, study=study, note=note)

@@ -193,11 +193,14 @@ class LiveProgress(Hooks):
     def budget_reached(self, target: str, reason: str) -> None:
         self._say(f"[dim]{target}: search stops ({reason})[/dim]")
 
+    def study_opened(self, target: str, study: str, note: str) -> None:
+        self._say(f"[dim]{escape(target)}: the search {escape(note)}[/dim]")
+
 
 def _target_of(candidate: str) -> str | None:
     return candidate.split("/")[0] if "/" in candidate else None
 
 
 def live_progress(console: Console, resolved: Any) -> LiveProgress:
-    objective = resolved.spec.select.objective
+    objective = resolved.spec.select.primary
     return LiveProgress(console, objective.metric, objective.goal)

@@ -37,6 +37,9 @@ class Progress(Hooks):
         if not self.quiet:
             console.print(f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim] {text}")
 
+    def study_opened(self, target: str, study: str, note: str) -> None:
+        self._line(f"{escape(target)}: the search {escape(note)}")
+
     def environment_started(self, key: str, requirements: list[str]) -> None:
         self._line(f"building environment {key[:12]} ({', '.join(requirements)})…")
 
@@ -121,7 +124,7 @@ def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objectiv
 
 def _candidates_table(report: RunReport) -> Table:
     spec = report.resolved.spec.select
-    objective = spec.objective.metric
+    objective = spec.primary.metric
     columns = [objective] + [c.metric for c in spec.constraints if c.metric != objective]
     table = Table(title=f"{report.resolved.name}: candidates", title_justify="left")
     for name in ("target", "#", "path", "state", *columns):
@@ -143,7 +146,7 @@ def _candidates_table(report: RunReport) -> Table:
                 label,
                 _state(result),
                 *(_with_interval(result, c) for c in columns),
-                _vs_reference(result, ref, objective, spec.objective.goal, paired),
+                _vs_reference(result, ref, objective, spec.primary.goal, paired),
                 why,
             )
     return table
@@ -151,7 +154,7 @@ def _candidates_table(report: RunReport) -> Table:
 
 def print_summary(report: RunReport) -> None:
     spec = report.resolved.spec.select
-    objective = spec.objective.metric
+    objective = spec.primary.metric
     console.print(_candidates_table(report))
     if spec.confidence is not None:
         console.print(
@@ -175,7 +178,7 @@ def print_summary(report: RunReport) -> None:
         for result in failed:
             console.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
     chosen = report.chosen()
-    _print_across_targets(report, chosen, objective, spec.objective.goal)
+    _print_across_targets(report, chosen, objective, spec.primary.goal)
     for target in report.resolved.targets:
         if target in chosen:
             where = report.output_dir / target / "model" if report.output_dir else "(not written)"

@@ -1,13 +1,11 @@
 """report.html: one self-contained page of a run, written from the records the run left in its
 output folder (candidates.json, workflow.lock.json, <target>/inference_settings.json and
-inference.py) and nothing else, so that a past run's page can be written again later.
-events.jsonl is not read: it logs every run into the folder, not only the last.
-
-Per target: the objective plotted against each constraint metric (the chosen point marked, the
-reference, the constraint bounds, intervals as error bars), the sortable candidate table, each
-candidate's lineage, and the settings to deploy with; then failures and the environment. The
-plots are plotly figures; plotly.js is embedded inline, so the page opens without a network.
-"""
+inference.py) and nothing else (not events.jsonl, which logs every run into the folder), so
+that a past run's page can be written again later. Per target: the (first) objective plotted
+against each other objective and constraint metric (the chosen point marked, the reference, the
+constraint bounds, intervals as error bars), the sortable candidate table, each candidate's
+lineage, and the settings to deploy with; then failures and the environment. The plots are
+plotly figures; plotly.js is embedded inline, so the page opens without a network."""
 
 from __future__ import annotations
 
@@ -113,9 +111,8 @@ def render(records: dict[str, Any]) -> str:
 def _overview(records: dict[str, Any]) -> str:
     document, lock = records["candidates"], records["lock"]
     select = document.get("select") or {}
-    objective = select.get("objective") or {}
     items = [f"workflow file: <code>{escape(str(lock.get('workflow', {}).get('file', '?')))}</code>"]
-    if objective:
+    for objective in _objectives(select):
         items.append(f"objective: <b>{escape(objective['metric'])}</b> ({escape(objective.get('goal', 'min'))})")
     for constraint in select.get("constraints", []):
         items.append(f"constraint: {escape(_constraint_text(constraint))}")
@@ -139,8 +136,7 @@ def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, A
         )
     else:
         parts.append("<p><b>no candidate completed and met the constraints</b></p>")
-    objective = (select.get("objective") or {}).get("metric")
-    if objective:
+    if _objectives(select):
         parts.append("<h3>objective against constraints</h3>")
         parts += [_figure_html(target, figure) for figure in _figures(rows, select)]
     parts += ["<h3>candidates</h3>", _table(rows, select), "<h3>lineage</h3>", _lineage(rows)]
@@ -168,8 +164,8 @@ def _figure_html(target: str, figure: dict[str, Any]) -> str:
 def _figures(rows: list[dict[str, Any]], select: dict[str, Any]) -> list[dict[str, Any]]:
     """One figure per constraint metric other than the objective (the objective against the
     candidate number when there is none)."""
-    objective = select["objective"]["metric"]
-    metrics = list(dict.fromkeys(c["metric"] for c in select.get("constraints", []) if c["metric"] != objective))
+    objective, *others = [o["metric"] for o in _objectives(select)]
+    metrics = list(dict.fromkeys(m for m in [*others, *(c["metric"] for c in select.get("constraints", []))] if m != objective))
     return [{"x": x, "y": objective, "figure": _figure(rows, select, x)} for x in metrics or ["#"]]
 
 
@@ -199,10 +195,15 @@ def _error_bars(members: list[dict[str, Any]], metric: str) -> dict[str, Any] | 
     return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True}
 
 
+def _objectives(select: dict[str, Any]) -> list[dict[str, Any]]:
+    objective = select.get("objective") or []
+    return list(objective) if isinstance(objective, list) else [objective]  # one, or several
+
+
 def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[str, Any]:
     import plotly.graph_objects as go
 
-    objective = select["objective"]["metric"]
+    objective = _objectives(select)[0]["metric"]
     placed = [c for c in rows if c.get("state") == "complete" and _value(c, x) is not None and _value(c, objective) is not None]
     figure = go.Figure()
     for name, member, marker in _GROUPS:
@@ -232,7 +233,7 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
                 figure.add_vline(x=bound, **line)
             elif constraint["metric"] == objective:
                 figure.add_hline(y=bound, **line)
-    goal = select["objective"].get("goal", "min")
+    goal = _objectives(select)[0].get("goal", "min")
     figure.update_layout(
         title=f"{objective} ({'lower' if goal == 'min' else 'higher'} is better) against {'candidate' if x == '#' else x}",
         xaxis_title="candidate" if x == "#" else x,
@@ -299,8 +300,7 @@ def _why(candidate: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
-    objective = (select.get("objective") or {}).get("metric")
-    metrics = list(dict.fromkeys([m for m in [objective] if m] + [c["metric"] for c in select.get("constraints", [])]))
+    metrics = list(dict.fromkeys([o["metric"] for o in _objectives(select)] + [c["metric"] for c in select.get("constraints", [])]))
     head = ["#", "path", "state", *metrics, "pareto", "why"]
     lines = ['<table class="sortable candidates"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for c in rows:

@@ -8,11 +8,11 @@ from typing import Any
 
 from engine.environments import prepare
 from engine.executor import LocalExecutor
+from engine.front import select_all
 from engine.hooks import Hooks
 from engine.results import RunReport
 from engine.runner import Runner
 from engine.search import search
-from engine.select import select
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -46,7 +46,7 @@ def run_workflow(
         if close is not None:
             close()
     report = runner.report(started)
-    select(resolved, report.results)
+    select_all(resolved, report.results)
     return report
 
 

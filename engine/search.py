@@ -13,28 +13,35 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from engine import studies
 from engine.core.hashing import sha256_json
 from engine.core.search import Outcome, Sampler, Trial, TrialState
 from engine.core.stats import Interval
 from engine.planner import Candidate, screening_settings
 from engine.results import CandidateResult
 from engine.runner import Runner
-from engine.samplers import make_sampler
+from engine.samplers import OptunaSampler, make_sampler
 from engine.select import interval_of, judge, paired_metric, slack
+from engine.studies import IDENTITY_ATTR
+from engine.trials import history_length
 from engine.workflow.resolve import ResolvedWorkflow
+from engine.workflow.schema import Objective
 
 
 def run_id(runner: Runner) -> str:
-    """Names the search of this workflow: same steps, search and selection → same study."""
-    spec = runner.resolved.spec.model_dump(mode="json", exclude={"output", "cache", "description"})
-    return f"{runner.resolved.name}-{sha256_json(spec)[:16]}"
+    """Names the search of this workflow: same steps, search space, sampler and selection → same
+    study, whatever its budget (engine.studies)."""
+    return f"{runner.resolved.name}-{sha256_json(studies.identity(runner.resolved.spec))[:16]}"
 
 
-def objective_value(resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None) -> float:
-    """The objective as the sampler is told it. A timing objective measured as a paired speedup
-    is the reference's own figure scaled by the candidate's speedup, so a candidate timed during a
-    busy minute is not told as slow: the sampler learns what the choice is made on."""
-    objective = resolved.spec.select.objective
+def objective_value(
+    resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None, objective: Objective | None = None
+) -> float:
+    """An objective (the first by default) as the sampler is told it. A timing objective measured
+    as a paired speedup is the reference's own figure scaled by the candidate's speedup, so a
+    candidate timed during a busy minute is not told as slow: the sampler learns what the choice
+    is made on."""
+    objective = objective or resolved.spec.select.primary
     value = result.metrics[objective.metric]
     paired = paired_metric(resolved, objective.metric)
     if paired is None or paired not in result.metrics or reference is None or objective.metric not in reference.metrics:
@@ -60,9 +67,11 @@ def outcome(resolved: ResolvedWorkflow, result: CandidateResult, reference: Cand
     """What a sampler is told of a processed candidate: measured (the objective reached) or not."""
     if result.state == "failed":
         return Outcome(TrialState.FAILED)
-    if result.state != "complete" or resolved.spec.select.objective.metric not in result.metrics:
+    objectives = resolved.spec.select.objectives
+    if result.state != "complete" or any(o.metric not in result.metrics for o in objectives):
         return Outcome(TrialState.PRUNED)
-    return Outcome(TrialState.COMPLETE, objective_value(resolved, result, reference), constraint_slacks(resolved, result, reference))
+    values = tuple(objective_value(resolved, result, reference, o) for o in objectives)
+    return Outcome(TrialState.COMPLETE, values if len(values) > 1 else values[0], constraint_slacks(resolved, result, reference))
 
 
 class TargetSearch:
@@ -83,9 +92,17 @@ class TargetSearch:
             return self._sampler
         storage = self.spec.storage or f"sqlite:///{self.runner.store.root / 'search.db'}"
         study = f"{run_id(self.runner)}/{self.target}"
-        goal = self.runner.resolved.spec.select.objective.goal
+        goals = [o.goal for o in self.runner.resolved.spec.select.objectives]
         lock = self.runner.store.root / "locks" / "search.lock"
-        return make_sampler(self.spec.sampler, self.space, storage, study, self.spec.seed, goal, lock)
+        sampler = make_sampler(self.spec.sampler, self.space, storage, study, self.spec.seed, goals, lock)
+        if isinstance(sampler, OptunaSampler):
+            ident = studies.identity(self.runner.resolved.spec)
+            tried = history_length(sampler.study.get_trials(deepcopy=False))
+            note = studies.describe(sampler.storage, self.runner.resolved.name, self.target, study, ident, tried)
+            if IDENTITY_ATTR not in sampler.study.user_attrs:
+                sampler.study.set_user_attr(IDENTITY_ATTR, ident)
+            self.runner.hooks.study_opened(self.target, study, note)
+        return sampler
 
     def outcome(self, result: CandidateResult) -> Outcome:
         return outcome(self.runner.resolved, result, self.runner.references.get(self.target))
@@ -197,7 +214,7 @@ class TargetSearch:
         The screening candidates are candidates like any other (the reference model with better
         settings may be the answer)."""
         resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
-        paired = paired_metric(resolved, resolved.spec.select.objective.metric)
+        paired = paired_metric(resolved, resolved.spec.select.primary.metric)
         screening = [
             c for s in screening_settings(resolved, space) if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen
         ]

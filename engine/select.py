@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def slack(constraint: Constraint, value: float, reference: float | None) -> floa
 def _directions(resolved: ResolvedWorkflow) -> dict[str, int]:
     """+1: higher is better, -1: lower is better, for the objective and the constrained metrics."""
     select = resolved.spec.select
-    directions = {select.objective.metric: 1 if select.objective.goal == "max" else -1}
+    directions = {select.primary.metric: 1 if select.primary.goal == "max" else -1}
     for constraint in select.constraints:
         if constraint.metric in directions:
             continue
@@ -187,7 +187,7 @@ def ranking_metric(resolved: ResolvedWorkflow, results: list[CandidateResult]) -
     """What ranks the candidates: the objective, or its paired figure when the objective's
     evaluator measured one for every candidate (latency's p50_ms → speedup). Returns the metric
     and +1 (higher is better) or -1."""
-    objective = resolved.spec.select.objective
+    objective = resolved.spec.select.primary
     paired = paired_metric(resolved, objective.metric)
     if paired and results and all(paired in r.metrics for r in results):
         return paired, 1
@@ -246,8 +246,9 @@ def _describe(result: CandidateResult | None, metric: str, interval: Interval) -
     return figure if result is None else f"#{result.candidate.id.split('/')[-1]} {figure}"
 
 
-def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int]) -> None:
-    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all."""
+def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[_Rule] = ()) -> None:
+    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all;
+    ``first``: tie-break rules before the workflow's (the further objectives of a front)."""
     metric, sign = ranking_metric(resolved, feasible)
     confidence = resolved.spec.select.confidence
 
@@ -272,7 +273,7 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
         return best_value != 0 and abs(mine.estimate - best_value) <= margin * abs(best_value)
 
     tied = [r for r in feasible if tied_with_best(r)]
-    rules = _rules(resolved)
+    rules = [*first, *_rules(resolved)]
 
     def preference(r: CandidateResult) -> tuple[float, ...]:
         return (*(key(r) for _, key, _ in rules), -order[r.candidate.id])
@@ -336,7 +337,8 @@ def _decider(rules: list[_Rule], winner: CandidateResult, loser: CandidateResult
 
 
 def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:
-    """Mark feasibility, the chosen candidate and the Pareto front of each target, in place."""
+    """Mark feasibility, the chosen candidate and the Pareto front of each target, in place
+    (with several objectives, only feasibility: engine.front.select_all does the rest)."""
     spec = resolved.spec.select
     directions = _directions(resolved)
     order = {r.candidate.id: i for i, r in enumerate(results)}
@@ -350,7 +352,9 @@ def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:
             if not result.untimed:  # an untimed candidate keeps the violations that stopped it
                 result.violations = [broken for constraint in spec.constraints for broken in judge(resolved, constraint, result, reference)]
             result.feasible = not result.violations
-        feasible = [r for r in complete if r.feasible and spec.objective.metric in r.metrics]
+        feasible = [r for r in complete if r.feasible and spec.primary.metric in r.metrics]
+        if len(spec.objectives) > 1:
+            continue  # the front and the choice: engine.front
         if feasible:
             _choose(resolved, feasible, order)
         measured = [r for r in complete if all(m in r.metrics for m in directions)]

@@ -4,9 +4,10 @@ A run owns the trials it asked for: each carries the run's owner (host, pid, sta
 system attribute, and a heartbeat (optuna's) while the run processes it. A RUNNING trial is taken
 over only when its owner is gone: a dead pid on this host, or a heartbeat older than the grace
 period (another host, through optuna's ``fail_stale_trials``). Taking over is a claim: the trial
-is failed (one run wins that write) and its point is enqueued again, as optuna's retry callbacks
-do but without the dead owner, so the next ``ask`` of any run pops it and answers it (from the
-cache).
+is failed (one run wins that write). Such a trial is *abandoned*: it is neither history nor a known
+point, so the next ask proposes from the same history as the run that left it did and, with the
+same seed, proposes the same point again (engine.samplers). A trial the engine itself fails (a
+point whose job failed) carries ``FAILED_ATTR``: that point is known and is not proposed again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 OWNER_ATTR = "kiln:owner"
+FAILED_ATTR = "kiln:failed"  # set on a trial before the engine tells it FAIL: its point was tried
 HEARTBEAT_S = 5
 GRACE_S = 30
 
@@ -61,20 +63,18 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def open_storage(optuna: Any, storage_url: str, lock: Path) -> Any:
-    """The study database, with optuna's heartbeats and the retry of trials whose run is gone;
-    created under ``lock`` (concurrent runs creating its tables at once would collide)."""
+    """The study database, with optuna's heartbeats (a trial whose heartbeat stopped is failed:
+    abandoned); created under ``lock`` (concurrent runs creating its tables at once would collide)."""
     from optuna.storages import RDBStorage
 
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if storage_url.startswith("sqlite") else {}
-    # optuna < 5 names the stale-trial callback failed_trial_callback
-    callback = "heartbeat_stale_trial_callback" if optuna.__version__ >= "5" else "failed_trial_callback"
     with warnings.catch_warnings(), file_lock(lock):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        return RDBStorage(storage_url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **{callback: retry})
+        return RDBStorage(storage_url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
 
 
-def open_study(optuna: Any, storage: Any, study_name: str, direction: str, lock: Path) -> Any:
+def open_study(optuna: Any, storage: Any, study_name: str, direction: str | list[str], lock: Path) -> Any:
     """Create or load the study (``storage``: a URL, or what ``open_storage`` returned);
     concurrent runs creating it at once both get the same one."""
     if isinstance(storage, str):
@@ -84,38 +84,29 @@ def open_study(optuna: Any, storage: Any, study_name: str, direction: str, lock:
         warnings.simplefilter("ignore", FutureWarning)
         for _ in range(5):  # another host may create it between our look and our write
             try:
-                return optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True, direction=direction)
+                directions = [direction] if isinstance(direction, str) else list(direction)
+                return optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True, directions=directions)
             except optuna.exceptions.DuplicatedStudyError:
                 time.sleep(0.2)
         return optuna.load_study(study_name=study_name, storage=storage)
 
 
-def history_length(trials: list[Any]) -> int:
-    """How many trials the search has made, not counting those taken over (their retry counts)."""
-    replaced = {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
-    return len(trials) - len(replaced)
-
-
-def retry(study: Any, trial: Any) -> None:
-    """Enqueue a taken-over trial's point again (optuna's retry callback, minus the dead owner)."""
+def abandoned(trial: Any) -> bool:
+    """A trial failed because its run went away (not because its point failed), or a trial waiting
+    in the queue (an older engine's retry): neither was tried."""
     import optuna
 
-    system_attrs = {k: v for k, v in trial.system_attrs.items() if k != OWNER_ATTR}
-    system_attrs["failed_trial"] = system_attrs.get("failed_trial", trial.number)
-    system_attrs["retry_history"] = [*system_attrs.get("retry_history", []), trial.number]
-    study.add_trial(
-        optuna.create_trial(
-            state=optuna.trial.TrialState.WAITING,
-            params=trial.params,
-            distributions=trial.distributions,
-            user_attrs=trial.user_attrs,
-            system_attrs=system_attrs,
-        )
-    )
+    state = optuna.trial.TrialState
+    return trial.state == state.WAITING or (trial.state == state.FAIL and not trial.system_attrs.get(FAILED_ATTR))
+
+
+def history_length(trials: list[Any]) -> int:
+    """How many points the search has tried or is trying: the abandoned trials do not count."""
+    return sum(1 for t in trials if not abandoned(t))
 
 
 def reclaim_stale(optuna: Any, study: Any) -> int:
-    """Fail the RUNNING trials whose owner is gone and enqueue their points again."""
+    """Fail the RUNNING trials whose owner is gone (they become abandoned: see the module)."""
     from optuna.storages import fail_stale_trials
 
     taken = 0
@@ -134,8 +125,7 @@ def reclaim_stale(optuna: Any, study: Any) -> int:
                 study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
             continue  # another run took it over first (finished before our look, or between look and write)
-        retry(study, trial)
-        log.info("trial %d of %s was left by a run that is gone; its point is asked again", trial.number, study.study_name)
+        log.info("trial %d of %s was left by a run that is gone; it is proposed again", trial.number, study.study_name)
         taken += 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

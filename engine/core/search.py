@@ -198,12 +198,19 @@ class Outcome:
     slow point) and each constraint's slack (<= 0: it holds)."""
 
     state: TrialState
-    value: float | None = None
+    value: float | tuple[float, ...] | None = None  # a tuple: one value per objective, in order
     slacks: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.state is TrialState.COMPLETE) != (self.value is not None):
             raise ValueError(f"a {self.state.value} outcome {'needs' if self.value is None else 'has no'} objective value")
+
+    @property
+    def values(self) -> list[float] | None:
+        """The objective values as a list (one per objective), None unless complete."""
+        if self.value is None:
+            return None
+        return [float(v) for v in self.value] if isinstance(self.value, tuple) else [float(self.value)]
 
 
 @runtime_checkable

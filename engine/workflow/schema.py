@@ -165,8 +165,35 @@ class TieBreak(_Strict):
 TIE_BREAK_RULES = ("constraints", "size", "passes")
 
 
+class Weights(_Strict):
+    """Choose from the Pareto front the candidate with the lowest weighted sum of its objectives,
+    each as the log of its ratio to the reference's value (turned round for a `max` goal), so
+    twice as fast and half the size weigh the same."""
+
+    weights: list[float] = Field(min_length=2, description="One weight (>= 0) per objective, in order.")
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> Weights:
+        if any(w < 0 for w in self.weights) or not any(w > 0 for w in self.weights):
+            raise ValueError("weights must be >= 0, and one of them > 0")
+        return self
+
+
 class SelectSpec(_Strict):
-    objective: Objective
+    objective: Objective | list[Objective] = Field(
+        description=(
+            "What to optimize: one {metric, goal}, or a list of them for a multi-objective search, whose result is the "
+            "Pareto front of the feasible candidates; `choose` says which model of the front is the answer."
+        )
+    )
+    choose: Literal["first"] | Weights = Field(
+        default="first",
+        description=(
+            "With several objectives, how one model is chosen from the Pareto front: `first` (the best on the first "
+            "objective, ties broken by the next objectives, then `tie_break`), or {weights: [...]} (the lowest weighted "
+            "sum of log ratios to the reference)."
+        ),
+    )
     constraints: list[Constraint] = Field(default_factory=list)
     confidence: float | None = Field(
         default=0.95,
@@ -197,11 +224,43 @@ class SelectSpec(_Strict):
         ),
     )
 
+    @property
+    def objectives(self) -> list[Objective]:
+        """The objectives, in order (one for a single-objective search)."""
+        return list(self.objective) if isinstance(self.objective, list) else [self.objective]
+
+    @property
+    def primary(self) -> Objective:
+        """The first objective: what ranks the candidates (of the Pareto front, with several)."""
+        return self.objectives[0]
+
+    @model_validator(mode="after")
+    def _objectives(self) -> SelectSpec:
+        if isinstance(self.objective, list):
+            if not self.objective:
+                raise ValueError("`objective` lists no objective: give one {metric, goal} or several")
+            metrics = [o.metric for o in self.objective]
+            if len(set(metrics)) != len(metrics):
+                raise ValueError(f"`objective` names a metric twice: {metrics}")
+        if isinstance(self.choose, Weights) and len(self.choose.weights) != len(self.objectives):
+            raise ValueError(
+                f"`choose.weights` has {len(self.choose.weights)} weights for {len(self.objectives)} objectives: give one per objective"
+            )
+        return self
+
+
+#: samplers that optimize one objective only
+SINGLE_OBJECTIVE_SAMPLERS = ("cmaes",)
+
 
 class SearchSpec(_Strict):
-    sampler: Literal["grid", "random", "tpe"] = Field(
+    sampler: Literal["grid", "random", "tpe", "nsga2", "cmaes"] = Field(
         default="grid",
-        description="grid: every point, in order; random: uniform draws; tpe: optuna's Tree-structured Parzen Estimator. All seeded.",
+        description=(
+            "grid: every point, in order; random: uniform draws; tpe: optuna's Tree-structured Parzen Estimator; "
+            "nsga2: optuna's NSGA-II (made for several objectives); cmaes: optuna's CMA-ES (one objective; numeric "
+            "options, the others drawn at random). All seeded; none proposes a point twice."
+        ),
     )
     max_candidates: int | None = Field(
         default=None, ge=1, le=1_000_000, description="Evaluate at most this many candidates per target (baselines included)."

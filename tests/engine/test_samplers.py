@@ -4,6 +4,8 @@ and TPE answer ask/tell/resume with made-up outcomes (no engine run)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from engine.planner import build_plan
 from engine.run import run_workflow
 from engine.samplers import GridSampler, OptunaSampler, make_sampler
 from engine.store import Store
+from engine.trials import OWNER_ATTR, owner
 from engine.workflow import load_workflow
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
@@ -177,22 +180,65 @@ def test_a_resumed_sampler_returns_what_earlier_runs_finished(tmp_path, space):
         second.close()
 
 
-def test_the_same_seed_and_history_propose_the_same_points(tmp_path, space):
+@pytest.mark.parametrize("kind", ["random", "tpe"])
+def test_the_same_seed_and_history_propose_the_same_points_each_once(tmp_path, space, kind):
     runs = []
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        sampler = _optuna(tmp_path / folder, space, "tpe", seed=7)
+        sampler = _optuna(tmp_path / folder, space, kind, seed=7)
         try:
             points = []
-            for value in range(8):
-                trial = sampler.ask()
-                assert trial is not None
+            while (trial := sampler.ask()) is not None:
                 points.append(dict(trial.point))
-                sampler.tell(trial, Outcome(TrialState.COMPLETE, float(value % 3)))
+                sampler.tell(trial, Outcome(TrialState.COMPLETE, float(len(points) % 3)))
+                assert len(points) <= 4
             runs.append(points)
         finally:
             sampler.close()
     assert runs[0] == runs[1]
+    assert sorted(map(str, runs[0])) == sorted(map(str, space.grid()))  # every point, none twice, then done
+
+
+def test_a_point_whose_run_died_is_proposed_again_as_the_uninterrupted_run_did(tmp_path, space):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    uninterrupted = []
+    (tmp_path / "k").mkdir()
+    (tmp_path / "w").mkdir()
+    killed = _optuna(tmp_path / "k", space, "tpe", seed=3)
+    whole = _optuna(tmp_path / "w", space, "tpe", seed=3)
+    try:
+        for i in range(3):
+            trial = whole.ask()
+            uninterrupted.append(dict(trial.point))
+            whole.tell(trial, Outcome(TrialState.COMPLETE, float(i)))
+        for i in range(2):
+            trial = killed.ask()
+            killed.tell(trial, Outcome(TrialState.COMPLETE, float(i)))
+        left = killed.ask()  # the run dies while processing it
+        killed.storage.set_trial_system_attr(killed._asked[left.number][1], OWNER_ATTR, {**owner(), "pid": dead.pid})
+    finally:
+        killed.close()
+        whole.close()
+    resumed = _optuna(tmp_path / "k", space, "tpe", seed=3)
+    try:
+        assert len(resumed.resume()) == 2
+        again = resumed.ask()
+        assert dict(again.point) == dict(left.point) == uninterrupted[2]
+    finally:
+        resumed.close()
+
+
+def test_a_failed_point_is_not_proposed_again(tmp_path, space):
+    sampler = _optuna(tmp_path, space, "tpe")
+    try:
+        asked = []
+        while (trial := sampler.ask()) is not None:
+            asked.append(str(dict(trial.point)))
+            sampler.tell(trial, Outcome(TrialState.FAILED))
+        assert sorted(asked) == sorted(map(str, space.grid()))
+    finally:
+        sampler.close()
 
 
 def test_an_outcome_has_a_value_exactly_when_complete():

@@ -22,7 +22,7 @@ from engine.workflow.resolve.parts import parts_of
 from engine.workflow.resolve.search import GRID_CHECK_LIMIT
 from engine.workflow.resolve.sections import resolve_data, resolve_evaluators, resolve_targets
 from engine.workflow.resolve.steps import resolve_steps
-from engine.workflow.schema import TOP_LEVEL_KEYS, Workflow
+from engine.workflow.schema import SINGLE_OBJECTIVE_SAMPLERS, TOP_LEVEL_KEYS, Workflow
 from engine.workflow.source import WorkflowSource, read_workflow
 
 
@@ -43,12 +43,30 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known
         problems.extend(metric_refs(parts.metrics, evaluators, source))
     problems.extend(session_name_free(steps, targets, source))
+    if spec is not None:
+        problems.extend(sampler_objectives(spec, source))
     if problems:
         raise InputError(problems)
     assert spec is not None and input_model is not None
     return ResolvedWorkflow(
         file=source.file, spec=spec, input=input_model, steps=steps, targets=targets, evaluators=evaluators, datasets=datasets
     )
+
+
+def sampler_objectives(spec: Workflow, source: WorkflowSource) -> list[Problem]:
+    """A sampler that optimizes one objective cannot run a search with several."""
+    sampler, count = spec.search.sampler, len(spec.select.objectives)
+    if count < 2 or sampler not in SINGLE_OBJECTIVE_SAMPLERS:
+        return []
+    return [
+        source.problem(
+            ("search", "sampler"),
+            f"the sampler '{sampler}' optimizes one objective, and `select.objective` lists {count}",
+            expected="a sampler for several objectives: " + ", ".join(s for s in ("grid", "random", "tpe", "nsga2") if s != sampler),
+            given=sampler,
+            hint="use `sampler: tpe` or `sampler: nsga2`, or keep one objective (the others can be constraints)",
+        )
+    ]
 
 
 def load_workflow(file: Path | str) -> ResolvedWorkflow:

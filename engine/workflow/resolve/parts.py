@@ -75,8 +75,12 @@ class Parts:
 def _select_metrics(select: dict[str, Any]) -> list[tuple[Where, Any]]:
     """Where ``select`` names a metric, and what it names (checked whatever else is wrong there)."""
     uses: list[tuple[Where, Any]] = []
-    if isinstance(select.get("objective"), dict):
-        uses.append((("select", "objective", "metric"), select["objective"].get("metric")))
+    objective = select.get("objective")
+    if isinstance(objective, dict):
+        uses.append((("select", "objective", "metric"), objective.get("metric")))
+    for index, item in enumerate(objective if isinstance(objective, list) else []):
+        if isinstance(item, dict):
+            uses.append((("select", "objective", index, "metric"), item.get("metric")))
     for key in ("constraints", "tie_break"):
         for index, item in enumerate(_items(select.get(key))):
             if isinstance(item, dict):
