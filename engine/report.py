@@ -185,6 +185,9 @@ def print_summary(report: RunReport) -> None:
             console.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
             if chosen[target].verdict:
                 console.print(f"  [dim]why: {chosen[target].verdict}[/dim]")
+            if len(spec.objectives) > 1:
+                front = [f"#{r.candidate.id.split('/')[-1]}" for r in report.results if r.candidate.target == target and r.pareto]
+                console.print(f"  Pareto front on {', '.join(o.metric for o in spec.objectives)}: {', '.join(front)}")
             if report.output_dir and (report.output_dir / target / "inference_settings.json").is_file():
                 runs_it = " · inference.py opens it that way" if (report.output_dir / target / "inference.py").is_file() else ""
                 console.print(f"  [dim]run it as measured: {report.output_dir / target / 'inference_settings.json'}{runs_it}[/dim]")
