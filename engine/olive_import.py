@@ -254,11 +254,7 @@ def _data(configs: list[Any], ctx: Context) -> None:
             continue
         name = plain(str(config.get("name", f"data{index}")))
         funcs = _user_functions(config)
-        if funcs:
-            script = config.get("user_script", "")
-            ctx.skip(f"{where}.user_script", f"{script} ({', '.join(funcs)}): Kiln has no custom data source; " + NEVER_RUN)
-            continue
-        source = _container(config, where, ctx)
+        source = _user_data(config, funcs, where, ctx) if funcs else _container(config, where, ctx)
         if source is not None:
             ctx.data[name] = source
 
@@ -273,6 +269,25 @@ def _user_functions(config: dict[str, Any]) -> list[str]:
     found = [str(config[k]["type"]) for k in COMPONENTS if isinstance(config.get(k), dict) and config[k].get("type")]
     found += [str(v) for k, v in config.items() if k.endswith("_func") and v]
     return found or ["its functions"]
+
+
+def _user_data(config: dict[str, Any], funcs: list[str], where: str, ctx: Context) -> dict[str, Any] | None:
+    """A data config whose user_script makes the data → Kiln's ``custom`` data source, which names
+    the one function it calls (nothing runs until the workflow is run)."""
+    script = str(config.get("user_script", ""))
+    if not ctx.exists(script) or funcs == ["its functions"]:
+        ctx.skip(f"{where}.user_script", f"{script}: no data function named, or the file is missing; " + NEVER_RUN)
+        return None
+    load = config.get("load_dataset_config") or {}
+    first = funcs[0]
+    for other in funcs[1:]:
+        ctx.skip(f"{where}: {other}", f"Kiln's custom data source calls one function: fold {other} into {first}")
+    options = {k: v for k, v in (load.get("params") or {}).items() if k not in ("data_dir",)}
+    ctx.notes.append(
+        f"{where}: {script} → Kiln's custom data source, which runs {first}(model, **options) from it when the data is "
+        "read; it must return {input name: array} (or that and labels): adapt it (Olive's registry is not imported)"
+    )
+    return {"source": "custom", "file": ctx.path(script), "function": first, "options": options}
 
 
 def _container(config: dict[str, Any], where: str, ctx: Context) -> dict[str, Any] | None:

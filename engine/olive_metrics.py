@@ -11,7 +11,6 @@ ACCURACY = {"accuracy_score": "top1", "f1_score": "f1_macro"}
 SIZE = {"bytes": "file_bytes"}
 HIGHER_IS_BETTER = {"accuracy": True, "latency": False, "throughput": True, "size_on_disk": False}
 SAMPLERS = {"tpe": "tpe", "random": "random", "sequential": "grid"}
-TIMING_OPTIONS: dict[str, Any] = {}  # Kiln options given to every translated timing evaluation (none: Kiln's defaults)
 
 
 def _plain(name: str) -> str:
@@ -79,8 +78,6 @@ def _metric(
         _sub_type(sub, kind, eid, table, f"{at}.sub_types[{index}]", config, ctx, ranked)
     if kind == "accuracy" and "data" not in config:
         config["data"] = ctx.dataset("accuracy_data", f"{at}.data_config")
-    if kind in ("latency", "throughput"):
-        config.update(TIMING_OPTIONS)
     if config:
         entry["config"] = config
     return entry

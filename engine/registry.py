@@ -62,6 +62,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "npz": "evaluators.data.npz:Npz",
         "image_folder": "evaluators.data.image_folder:ImageFolder",
         "sklearn": "evaluators.data.sklearn:Sklearn",
+        "custom": "evaluators.data.custom:Custom",
     },
 }
 

@@ -29,7 +29,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     header = b'{"__metadata__":{"format":"pt"}}'
     (root / "bert" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)  # no tensors: never loaded here
     (root / "user_script.py").write_text(
-        "def load_model(model_path=None):\n    pass\n\ndef eval_accuracy(model, device, eps):\n    return 1\n"
+        "def load_model(model_path=None):\n    pass\n\ndef eval_accuracy(model, device, eps):\n    return 1\n\n"
+        "def outputs_of(run, data):\n    return float(len(run.outputs))\n"
     )
     (root / "sst2.csv").write_text("sentence,label\ngood,1\nbad,0\n")
     return root
@@ -163,15 +164,11 @@ def test_static_and_searched_quantization_with_a_user_script_dataloader(folder):
     ]
     assert t.workflow["data"] == {
         "calib": {"source": "synthetic", "samples": 8, "sequence_length": 16},
-        "user_data": {"source": "synthetic", "samples": 32},  # a stand-in, named in the notes
+        # named, never run by the translation: Kiln calls it when the data is read
+        "user_data": {"source": "custom", "file": "../user_script.py", "function": "my_loader", "options": {}},
     }
-    assert t.unmapped == [
-        (
-            "data_configs[1].user_script",
-            "user_script.py (my_loader): Kiln has no custom data source; user code Kiln would have to run; it is never run silently",
-        )
-    ]
-    assert any("stand-in" in n for n in t.notes)
+    assert t.unmapped == []
+    assert any("runs my_loader(model, **options)" in n for n in t.notes)
     assert t.workflow["search"] == {"sampler": "grid"}
 
 
@@ -362,8 +359,7 @@ def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, caps
     assert "broken.json:1" in err and "malformed JSON" in err
 
 
-def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("engine.olive_metrics.TIMING_OPTIONS", {"quiet_wait_s": 1, "max_time_s": 5, "sessions": 1, "min_rounds": 2})
+def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, capsys):
     config = olive(
         folder,
         {"quantization": {"type": "OnnxDynamicQuantization", "per_channel": True}},
@@ -371,12 +367,12 @@ def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, cap
             {"name": "dummy", "type": "DummyDataContainer", "load_dataset_config": {"input_shapes": [[1, 16]], "max_samples": 4}}
         ],
     )
-    config["evaluators"]["common_evaluator"]["metrics"] = [
+    config["evaluators"]["common_evaluator"]["metrics"] = [  # a custom metric: cheap, and no timing in a test
         {
-            "name": "latency",
-            "type": "latency",
-            "data_config": "dummy",
-            "sub_types": [{"name": "avg", "priority": 1, "metric_config": {"warmup_num": 2, "repeat_test_num": 10}}],
+            "name": "outputs",
+            "type": "custom",
+            "sub_types": [{"name": "count", "priority": 1, "higher_is_better": True}],
+            "user_config": {"user_script": "user_script.py", "evaluate_func": "outputs_of"},
         }
     ]
     source = folder / "run.json"
@@ -386,7 +382,8 @@ def test_engine_run_translates_an_olive_config_and_runs_it(folder, tmp_path, cap
     assert code == 0
     assert "pass: ort_quantize" in printed
     assert (folder / "run.from-olive.yaml").is_file()
-    assert (tmp_path / "out" / "candidates.json").is_file()
+    records = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    assert [r["metrics"].get("outputs.count") for r in records] == [1.0, 1.0]  # the reference and the INT8 model
 
 
 def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, capsys):
