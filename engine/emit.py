@@ -97,7 +97,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
 def lock_document(report: RunReport) -> dict[str, Any]:
     resolved = report.resolved
     libraries = sorted(
-        {lib for s in resolved.steps.values() for lib in s.pass_cls.libraries}
+        {lib for s in resolved.steps.values() if s.environment is None for lib in s.pass_cls.libraries}
         | {lib for e in resolved.evaluators.values() for lib in e.cls.libraries}
         | {lib for t in resolved.targets.values() for lib in t.cls.libraries}
     )
@@ -109,6 +109,7 @@ def lock_document(report: RunReport) -> dict[str, Any]:
         "host": keys.host_fingerprint(),
         "accelerators": keys.accelerator_fingerprint(),
         "libraries": library_versions(libraries),
+        "environments": environments_document(resolved),
         "input": {"format": report.input.format, "digest": report.input.digest, "attrs": report.input.attrs},
         "datasets": report.datasets,
         "targets": {
@@ -134,6 +135,29 @@ def lock_document(report: RunReport) -> dict[str, Any]:
             for target, r in report.chosen().items()
         },
     }
+
+
+def environments_document(resolved: Any) -> dict[str, Any]:
+    """The isolated environments the run used, by key: their requirements, who ran there, the
+    versions of those steps' libraries, and the exact version of every package they hold."""
+    documents: dict[str, Any] = {}
+    for key, built in sorted(resolved.environments.items()):
+        steps = sorted(s.id for s in resolved.steps.values() if s.environment is not None and s.environment.key() == key)
+        targets = sorted(
+            tid
+            for tid, t in resolved.targets.items()
+            if getattr(t.instance.config, "environment", None) and t.instance.config.environment.key() == key
+        )
+        libraries = sorted({lib for s in resolved.steps.values() if s.id in steps for lib in s.pass_cls.libraries})
+        documents[key] = {
+            "requirements": list(built.requirements),
+            "steps": steps,
+            "targets": targets,
+            "libraries": built.library_versions(libraries),
+            "packages": built.packages,
+            "versions": dict(built.versions),
+        }
+    return documents
 
 
 def check_output_dir(output_dir: Path) -> None:

@@ -103,12 +103,26 @@ def read_marker(spec: EnvironmentSpec, folder: Path) -> dict[str, Any] | None:
     return marker
 
 
+def frozen_versions(freeze: str) -> dict[str, str]:
+    """``name==version`` lines of a frozen package list, by normalized name (other lines, such as
+    ``-e`` or direct references, name no version and are left out)."""
+    from packaging.utils import canonicalize_name
+
+    versions = {}
+    for line in freeze.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep and name and not name.startswith(("-", "#")):
+            versions[canonicalize_name(name)] = version.split(";")[0].strip()
+    return dict(sorted(versions.items()))
+
+
 def _built(spec: EnvironmentSpec, folder: Path, marker: dict[str, Any]) -> BuiltEnvironment:
     return BuiltEnvironment(
         key=spec.key(),
         requirements=tuple(spec.requirements),
         python=str(_python_of(folder)),
         packages=hashlib.sha256(marker["freeze"].encode()).hexdigest(),
+        versions=tuple(frozen_versions(marker["freeze"]).items()),
     )
 
 

@@ -94,12 +94,21 @@ def target_python(resolved: ResolvedWorkflow, target_id: str) -> str | None:
 
 
 def _step_environment(resolved: ResolvedWorkflow, step: Step) -> tuple[dict[str, Any] | None, BuiltEnvironment | None]:
-    """What a step's own environment adds to its key (its requirements and, once built, the hash
-    of its frozen package list), and the built environment."""
+    """What a step's own environment (or its pass's) adds to its key (its requirements and, once
+    built, the hash of its frozen package list), and the built environment."""
     if step.environment is None:
         return None, None
     built = resolved.environments.get(step.environment.key())
     return {"requirements": list(step.environment.requirements), "packages": built.packages if built else None}, built
+
+
+def _step_libraries(step: Step, built: BuiltEnvironment | None) -> dict[str, str | None] | None:
+    """The versions of the pass's libraries its jobs run with, when they run in an environment:
+    the environment's (None each while it is not built); None: the main environment's."""
+    if step.environment is None:
+        return None
+    libraries = step.pass_cls.libraries
+    return built.library_versions(libraries) if built is not None else dict.fromkeys(libraries)
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,8 @@ class PassSpec:
     environment: dict[str, Any] | None = field(default=None, compare=False)
     #: the interpreter its worker runs with: the step's environment's, else its target's (None: the engine's)
     python: str | None = field(default=None, compare=False)
+    #: the versions of the pass's libraries in the step's environment (None: the main environment's)
+    libraries: dict[str, str | None] | None = field(default=None, compare=False)
 
     def key(self, input_digest: str, dataset_keys: dict[str, str], workflow_input: str) -> Key:
         data = {name: dataset_keys[name] for name in self.datasets}
@@ -183,7 +194,15 @@ class PassSpec:
             data["workflow input"] = workflow_input
         evaluations = {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()}
         return keys.pass_key(
-            self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations, self.environment, facet=self.target_facet
+            self.pass_cls,
+            self.config,
+            input_digest,
+            data,
+            self.target_fingerprint,
+            evaluations,
+            self.environment,
+            facet=self.target_facet,
+            libraries=self.libraries,
         )
 
 
@@ -227,6 +246,7 @@ def pass_spec(
         timeout_s=step.timeout_s or cls.default_timeout_s,
         environment=environment,
         python=python,
+        libraries=_step_libraries(step, built),
     )
 
 

@@ -29,11 +29,13 @@ def pass_key(
     evaluations: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
     facet: dict[str, Any] | None = None,
+    libraries: dict[str, str | None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """``target``: the fingerprint a target-dependent pass's key names; ``facet``: the part of
     the target another pass's output depends on with this config (``Pass.target_facet``; None:
     the key names no target, as for every pass before facets existed); ``environment``: the
-    step's own isolated environment (absent otherwise, so other keys stay)."""
+    step's own isolated environment (absent otherwise, so other keys stay); ``libraries``: the
+    versions of the pass's libraries where it runs (None: this environment's)."""
     doc_extra: dict[str, Any] = {"evaluations": evaluations} if evaluations else {}
     if environment is not None:
         doc_extra["environment"] = environment
@@ -47,7 +49,7 @@ def pass_key(
             "input": input_digest,
             "data": data,
             "target": target if pass_cls.target_dependent else facet,
-            "libraries": library_versions(pass_cls.libraries),
+            "libraries": libraries if libraries is not None else library_versions(pass_cls.libraries),
         }
     )
 

@@ -27,6 +27,8 @@ BUILTIN: dict[str, dict[str, str]] = {
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
         "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
         "int4_weights": "passes.quantize.int4_weights:Int4Weights",
+        "inc_quantize": "passes.quantize.inc_quantize:IncQuantize",
+        "inc_quantize_accuracy": "passes.quantize.inc_quantize_accuracy:IncQuantizeAccuracy",
         "fp16": "passes.precision.fp16:Fp16",
         "openvino_convert": "passes.openvino.convert:OpenVinoConvert",
         "nncf_quantize": "passes.openvino.nncf_quantize:NncfQuantize",

@@ -301,6 +301,9 @@ def print_plugin(kind: str, cls: Any) -> None:
         if hasattr(cls, attr):
             value = getattr(cls, attr)
             console.print(f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else value}")
+    if getattr(cls, "environment", None) is not None:
+        pins = ", ".join(cls.environment.requirements)
+        console.print(f"  environment: {pins} (an isolated environment engine run builds once; a step's environment replaces it)")
     if getattr(cls, "keeps", ()):
         console.print(f"  keeps: {', '.join(cls.keeps)} (an input in one of these formats gives an output in the same format)")
     if hasattr(cls, "default_timeout_s"):

@@ -54,7 +54,7 @@ def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
     """The libraries the run's jobs import, roughly in the order they first need them."""
     groups = [
         [e.cls for e in resolved.datasets.values()],
-        [s.pass_cls for s in resolved.steps.values()],
+        [s.pass_cls for s in resolved.steps.values() if s.environment is None],  # the others import in theirs
         [t.cls for t in resolved.targets.values()],
         [e.cls for e in resolved.evaluators.values()],
     ]

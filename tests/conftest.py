@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from genai_models import TinyGenai, build
@@ -28,6 +29,17 @@ def ov_ep_env(envs_dir: Path) -> Path:
 
     built = ensure(EnvironmentSpec(requirements=OV_EP_REQUIREMENTS), envs_dir)
     return Path(built.python)
+
+
+@pytest.fixture(scope="session")
+def inc_env(envs_dir: Path) -> Any:
+    """The isolated environment the Intel Neural Compressor passes declare (neural-compressor 3.7.1
+    with numpy 1.26 and onnx 1.18), with Kiln importable: built once per session (or found in
+    ``$KILN_ENVS_DIR``, keyed by its requirements)."""
+    from engine.environments import ensure
+    from passes.quantize._inc import INC_ENVIRONMENT
+
+    return ensure(INC_ENVIRONMENT, envs_dir)
 
 
 @pytest.fixture(scope="session")

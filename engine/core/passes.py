@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.core.artifact import ModelArtifact
-from engine.core.config import StrictConfig
+from engine.core.config import EnvironmentSpec, StrictConfig
 from engine.core.errors import KilnError, MissingDependency, PassError
 from engine.core.search import Distribution
 
@@ -101,6 +101,10 @@ class Pass(ABC):
     #: how long a job of this pass may run when its step sets no ``timeout_s`` (generous: a
     #: hanging runtime must not block a run forever, a slow export must not fail)
     default_timeout_s: ClassVar[float] = 7200.0
+    #: the isolated environment the pass runs in when its step names none (a library that cannot
+    #: share the main environment: old numpy / onnx pins): built once by ``engine run`` from these
+    #: pinned requirements (engine.environments); a step's own ``environment`` replaces it
+    environment: ClassVar[EnvironmentSpec | None] = None
 
     @classmethod
     def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -174,6 +178,7 @@ class Pass(ABC):
             "keeps": list(cls.keeps),
             "target_dependent": cls.target_dependent,
             "libraries": list(cls.libraries),
+            "environment": list(cls.environment.requirements) if cls.environment is not None else None,
             "config_schema": cls.Config.model_json_schema(),
             "search_space": {k: v.to_json() for k, v in cls.search_space.items()},
         }

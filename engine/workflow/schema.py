@@ -113,7 +113,10 @@ class StepSpec(_Strict):
     )
     environment: EnvironmentSpec | None = Field(
         default=None,
-        description="Run this step's pass in a virtual environment with these requirements (built once by `engine run`).",
+        description=(
+            "Run this step's pass in a virtual environment with these requirements (built once by `engine run`); "
+            "replaces the environment a pass declares for itself (`engine passes NAME` shows it)."
+        ),
     )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core.config import EnvironmentSpec, StrictConfig
+from engine.core.config import EnvironmentSpec, StrictConfig, library_versions
 from engine.core.search import SearchDim
 from engine.core.target import Availability, Target
 from engine.workflow.schema import Workflow
@@ -48,6 +49,20 @@ class BuiltEnvironment:
     requirements: tuple[str, ...]
     python: str  # its interpreter
     packages: str  # sha256 of its frozen package list
+    #: the exact version of every package installed in it, by normalized name (from the frozen list)
+    versions: tuple[tuple[str, str], ...] = ()
+
+    def library_versions(self, names: tuple[str, ...] | list[str]) -> dict[str, str | None]:
+        """Versions of ``names`` as a job there sees them: the environment's own, else the main
+        environment's (it stays importable behind the environment's packages)."""
+        own = dict(self.versions)
+        main = library_versions([n for n in names if _normalized(n) not in own])
+        return {name: own.get(_normalized(name), main.get(name)) for name in names}
+
+
+def _normalized(name: str) -> str:
+    """A distribution name as PEP 503 normalizes it (``Neural_Compressor`` → ``neural-compressor``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass

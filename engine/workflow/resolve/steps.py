@@ -56,7 +56,7 @@ def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: Wo
         targets=spec.targets,
         optional=spec.optional,
         timeout_s=spec.timeout_s,
-        environment=spec.environment,
+        environment=spec.environment if spec.environment is not None else cls.environment,
         filled=filled,
         typed_config=typed,
     )
