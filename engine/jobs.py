@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine import keys
+from engine import keys, registry
 from engine.core.artifact import ModelArtifact
 from engine.core.hashing import sha256_json
 from engine.core.refs import RefKind, referenced, references
@@ -183,7 +183,15 @@ class PassSpec:
             data["workflow input"] = workflow_input
         evaluations = {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()}
         return keys.pass_key(
-            self.pass_cls, self.config, input_digest, data, self.target_fingerprint, evaluations, self.environment, facet=self.target_facet
+            self.pass_cls,
+            self.config,
+            input_digest,
+            data,
+            self.target_fingerprint,
+            evaluations,
+            self.environment,
+            facet=self.target_facet,
+            builtin=registry.is_builtin("passes", self.pass_cls),
         )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+from pydantic import ValidationError
 
 from engine.core.hashing import sha256_json
 from engine.core.search import FloatRange
@@ -63,6 +64,19 @@ class Candidate:
     screening: bool = False
 
 
+def resolved_config(cls: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The config a job runs with as its pass types it: every default applied (those that depend
+    on another option's value too) and every value in its option's type. A job's key names this,
+    so the same config gives the same key whether it was written under ``config:``, reached
+    through ``search:`` or left to the pass's defaults. A config the pass refuses (a sampled
+    point outside what validation could check) is kept as given: its job fails with the pass's
+    own message."""
+    try:
+        return dict(cls.Config(**config).to_json())
+    except ValidationError:
+        return config
+
+
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -97,11 +111,14 @@ class Plan:
         ``settings``: a target-dependent pass sees the target as the candidate runs it; a pass
         with a facet is shared by every variant with the same facet."""
         cls = step.pass_cls
-        step_config = {**step.config, **params}
+        # the searched values over the step's config, typed again as a whole: the same config
+        # however each value was reached (config, search or default), so the same key
+        step_config = resolved_config(cls, {**step.config, **params})
         settings = settings or {}
         fingerprint = self.fingerprint(target, settings)
-        # what of the target the output depends on (Pass.target_facet), asked of the step's config
-        # as written; the job then runs with the options left to the target resolved
+        # what of the target the output depends on (Pass.target_facet), asked of that config
+        # before the target fills anything in; the job then runs with the options left to the
+        # target resolved
         facet = cls.target_facet(step_config, fingerprint)
         config = cls.resolve_for_target(step_config, fingerprint)
         if cls.target_dependent:
