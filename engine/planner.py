@@ -304,16 +304,27 @@ class Plan:
 
 
 def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
-    """The full grid: every target's reference and every point of its space, in order (what the
-    grid sampler runs and `engine plan` shows). ``limit`` caps the candidates per target."""
+    """Every candidate the grid sampler runs, in the order the search processes them (what
+    `engine plan` shows): per target the reference, the searched session settings on it, the
+    baselines (each path at its configured defaults, when ``search.baselines``), then every
+    point of the space. ``limit`` caps the candidates per target (default: ``max_candidates``),
+    counted as the search counts them."""
     plan = Plan(resolved)
     limit = limit if limit is not None else resolved.spec.search.max_candidates
     for target, space in plan.spaces.items():
+        room = _Room(plan, target, limit)
         plan.reference(target)
         for settings in screening_settings(resolved, space):  # tried on the reference model first (engine.search)
+            if room.full():
+                break
             plan.reference(target, settings)
+        if resolved.spec.search.baselines:
+            for point in space.defaults():
+                if room.full():
+                    break
+                plan.candidate(target, point, baseline=True)
         for point in space.grid():
-            if limit is not None and len(plan.candidates_of(target)) >= limit:
+            if room.full():
                 plan.dropped.append(
                     f"{target}: the grid has {len(space.grid())} points; search.max_candidates={limit} keeps the first ones"
                 )
@@ -321,6 +332,18 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
             plan.candidate(target, point)
     plan.prune_unused()
     return plan
+
+
+@dataclass
+class _Room:
+    """Whether a target's candidates reached the cap (None: no cap)."""
+
+    plan: Plan
+    target: str
+    limit: int | None
+
+    def full(self) -> bool:
+        return self.limit is not None and len(self.plan.candidates_of(self.target)) >= self.limit
 
 
 def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[dict[str, Any]]:
