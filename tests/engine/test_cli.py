@@ -102,7 +102,9 @@ def test_plan_lists_every_candidate_the_run_evaluates_baselines_included(tmp_pat
     ran = json.loads((out / "candidates.json").read_text())["candidates"]
     assert planned == len(ran) == 4  # reference, the baseline, two searched points
     assert [c["path"] for c in ran].count("int8(per_channel=false, reduce_range=false)") == 1
-    assert [c["id"].split("/")[-1] for c in ran] == [w[0] for w in map(str.split, shown.splitlines()) if w and w[0].isdigit()]
+    assert [c["id"].split("/")[-1] for c in ran] == [
+        line.split()[0] for line in shown.splitlines() if line.startswith("  ") and line.split()[0].isdigit()
+    ]
 
 
 # -- exit codes: bad input 2, a bug in Kiln 3 (issue 9, item 10) ------------------------------------
