@@ -34,7 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--store", type=Path, help="artifact store folder (default: the workflow's cache.dir, $KILN_STORE, ~/.cache/kiln)")
     run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
     run.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
-    run.add_argument("--workers", "-j", type=int, default=1, help="run up to N pass jobs at once (timings still run alone)")
+    run.add_argument(
+        "--workers",
+        "-j",
+        type=int,
+        help="run up to N jobs at once (timings still run alone; default 1, with --executor ray the cluster's CPUs)",
+    )
     run.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
     run.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
     run.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
@@ -306,7 +311,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_output_dir(output)
     store = _open_store(args, resolved)
     _make_output(output)
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
     executor = None
     if args.executor == "ray":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine import keys
+from engine import keys, registry
 from engine.core.artifact import ModelArtifact
 from engine.core.hashing import sha256_json
 from engine.core.refs import RefKind, referenced, references
@@ -203,6 +203,7 @@ class PassSpec:
             self.environment,
             facet=self.target_facet,
             libraries=self.libraries,
+            builtin=registry.is_builtin("passes", self.pass_cls),
         )
 
 

@@ -11,8 +11,14 @@ import re
 from functools import cache
 from typing import Any
 
+import engine
 from engine.core.config import library_versions
 from engine.core.hashing import SCHEME, sha256_json
+
+
+def kiln_version() -> str:
+    """Kiln's own version (``engine.__version__``): it names the code of Kiln's built-in plugins."""
+    return str(engine.__version__)
 
 
 def _key(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -30,15 +36,20 @@ def pass_key(
     environment: dict[str, Any] | None = None,
     facet: dict[str, Any] | None = None,
     libraries: dict[str, str | None] | None = None,
+    builtin: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """``target``: the fingerprint a target-dependent pass's key names; ``facet``: the part of
     the target another pass's output depends on with this config (``Pass.target_facet``; None:
     the key names no target, as for every pass before facets existed); ``environment``: the
     step's own isolated environment (absent otherwise, so other keys stay); ``libraries``: the
-    versions of the pass's libraries where it runs (None: this environment's)."""
+    versions of the pass's libraries where it runs (None: this environment's); ``builtin``: the
+    pass's code ships with Kiln, so Kiln's version is named too (a plugin's own ``version`` and
+    libraries name its code, as before)."""
     doc_extra: dict[str, Any] = {"evaluations": evaluations} if evaluations else {}
     if environment is not None:
         doc_extra["environment"] = environment
+    if builtin:
+        doc_extra["kiln"] = kiln_version()
     return _key(
         {
             **doc_extra,

@@ -46,6 +46,7 @@ class CandidateStatus:
     label: str
     reference: bool
     evaluations: dict[str, str]  # evaluation id -> hit | miss
+    baseline: bool = False  # a path at its configured defaults, run before the searched points
 
 
 @dataclass(frozen=True)
@@ -146,5 +147,5 @@ def _candidate_statuses(
                 spec, model_digest, against, candidate.target, candidate.settings, datasets.keys, lambda p: store.cached_digest(p, "file")
             )
             marks[spec.id] = HIT if store.lookup(key) else MISS
-        out.append(CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks))
+        out.append(CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks, candidate.baseline))
     return tuple(out)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+from pydantic import ValidationError
 
 from engine.core.hashing import sha256_json
 from engine.core.search import FloatRange
@@ -63,6 +64,19 @@ class Candidate:
     screening: bool = False
 
 
+def resolved_config(cls: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The config a job runs with as its pass types it: every default applied (those that depend
+    on another option's value too) and every value in its option's type. A job's key names this,
+    so the same config gives the same key whether it was written under ``config:``, reached
+    through ``search:`` or left to the pass's defaults. A config the pass refuses (a sampled
+    point outside what validation could check) is kept as given: its job fails with the pass's
+    own message."""
+    try:
+        return dict(cls.Config(**config).to_json())
+    except ValidationError:
+        return config
+
+
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -97,11 +111,14 @@ class Plan:
         ``settings``: a target-dependent pass sees the target as the candidate runs it; a pass
         with a facet is shared by every variant with the same facet."""
         cls = step.pass_cls
-        step_config = {**step.config, **params}
+        # the searched values over the step's config, typed again as a whole: the same config
+        # however each value was reached (config, search or default), so the same key
+        step_config = resolved_config(cls, {**step.config, **params})
         settings = settings or {}
         fingerprint = self.fingerprint(target, settings)
-        # what of the target the output depends on (Pass.target_facet), asked of the step's config
-        # as written; the job then runs with the options left to the target resolved
+        # what of the target the output depends on (Pass.target_facet), asked of that config
+        # before the target fills anything in; the job then runs with the options left to the
+        # target resolved
         facet = cls.target_facet(step_config, fingerprint)
         config = cls.resolve_for_target(step_config, fingerprint)
         if cls.target_dependent:
@@ -287,16 +304,27 @@ class Plan:
 
 
 def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
-    """The full grid: every target's reference and every point of its space, in order (what the
-    grid sampler runs and `engine plan` shows). ``limit`` caps the candidates per target."""
+    """Every candidate the grid sampler runs, in the order the search processes them (what
+    `engine plan` shows): per target the reference, the searched session settings on it, the
+    baselines (each path at its configured defaults, when ``search.baselines``), then every
+    point of the space. ``limit`` caps the candidates per target (default: ``max_candidates``),
+    counted as the search counts them."""
     plan = Plan(resolved)
     limit = limit if limit is not None else resolved.spec.search.max_candidates
     for target, space in plan.spaces.items():
+        room = _Room(plan, target, limit)
         plan.reference(target)
         for settings in screening_settings(resolved, space):  # tried on the reference model first (engine.search)
+            if room.full():
+                break
             plan.reference(target, settings)
+        if resolved.spec.search.baselines:
+            for point in space.defaults():
+                if room.full():
+                    break
+                plan.candidate(target, point, baseline=True)
         for point in space.grid():
-            if limit is not None and len(plan.candidates_of(target)) >= limit:
+            if room.full():
                 plan.dropped.append(
                     f"{target}: the grid has {len(space.grid())} points; search.max_candidates={limit} keeps the first ones"
                 )
@@ -304,6 +332,18 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
             plan.candidate(target, point)
     plan.prune_unused()
     return plan
+
+
+@dataclass
+class _Room:
+    """Whether a target's candidates reached the cap (None: no cap)."""
+
+    plan: Plan
+    target: str
+    limit: int | None
+
+    def full(self) -> bool:
+        return self.limit is not None and len(self.plan.candidates_of(self.target)) >= self.limit
 
 
 def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[dict[str, Any]]:

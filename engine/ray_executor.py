@@ -5,6 +5,7 @@ in that process exactly as it does locally. The artifact store must be a path ev
 (a shared file system mounted at the same place): workers read inputs from it and publish into
 it. A target's ``resources`` (e.g. ``{GPU: 1}`` or a custom ``{intel_cpu: 1}``) are requested
 for every job on that target, so its evaluations land on a node that has its device.
+Without ``--workers``, as many jobs run at once as the cluster has CPUs (``default_workers``).
 Ray is optional: it is imported only when this executor is used.
 """
 
@@ -39,6 +40,12 @@ class RayExecutor(LocalExecutor):
             wanted = getattr(entry.instance.config, "resources", None)
             if wanted:
                 self.resources[target_id] = dict(wanted)
+
+    def default_workers(self) -> int:
+        """How many jobs run at once when ``--workers`` is not given: the cluster's CPUs (each
+        job asks for one unless its target's ``resources`` say otherwise), so the cluster is kept
+        busy; timing evaluations still run alone (engine.gate)."""
+        return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
 
     def _options(self, job: WorkOrder) -> dict[str, Any]:
         target = job.target.config.get("id") if job.target else None

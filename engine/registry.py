@@ -103,6 +103,11 @@ def names(kind: str) -> list[str]:
     return sorted(_index(kind))
 
 
+def is_builtin(kind: str, cls: Any) -> bool:
+    """Whether ``cls`` is one of Kiln's own plugins of ``kind``: its code ships with Kiln."""
+    return f"{cls.__module__}:{cls.__qualname__}" in BUILTIN[kind].values()
+
+
 @cache
 def load(kind: str, name: str) -> Any:
     """The plugin class registered as ``name``; raises ``UnknownPlugin`` with a suggestion."""

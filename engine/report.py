@@ -266,7 +266,7 @@ def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:
                 f"{eval_id}:" + ("[green]HIT[/green]" if state == HIT else "[yellow]MISS[/yellow]")
                 for eval_id, state in candidate.evaluations.items()
             )
-            ref = " [dim](reference)[/dim]" if candidate.reference else ""
+            ref = " [dim](reference)[/dim]" if candidate.reference else " [dim](baseline)[/dim]" if candidate.baseline else ""
             console.print(f"  {candidate.id.split('/')[-1]:>3} {candidate.label}{ref}  " + marks)
     for note in status.dropped:
         console.print(f"[dim]note: {note}[/dim]")

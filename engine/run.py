@@ -22,13 +22,17 @@ def run_workflow(
     store: Store,
     hooks: Hooks | None = None,
     executor: Any = None,
-    workers: int = 1,
+    workers: int | None = None,
     exclusive_timing: bool = True,
 ) -> RunReport:
-    """Run the search the workflow asks for (cache first), then rank the candidates."""
+    """Run the search the workflow asks for (cache first), then rank the candidates. ``workers``:
+    how many jobs at once (None: the executor's default, one locally, the cluster's CPUs on Ray)."""
     started = time.perf_counter()
     store.ensure().clean_stale_staging()  # what killed runs left half-written
     executor = executor if executor is not None else LocalExecutor(store)
+    if workers is None:
+        default = getattr(executor, "default_workers", None)
+        workers = default() if default is not None else 1
     if hasattr(executor, "warm"):  # pooled workers start while the engine prepares, hashes and plans
         executor.warm(workers)
     try:

@@ -5,6 +5,7 @@ onnxruntime are imported inside functions (the engine imports pass modules to va
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,13 +90,38 @@ def run_quantize_static(
     )
 
 
+def linked_input(source: Path, workdir: Path) -> Path:
+    """``source`` as seen from a folder of the job's own: the model file and its external data
+    files linked there. onnxruntime's quantizers write a shape-inferred copy next to the model
+    they are given (``<name>-inferred.onnx``) and delete it: next to the input itself, jobs
+    quantizing one model at once delete each other's copy, and a stored object or the user's
+    folder would be written into."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    model = onnx.load(str(source), load_external_data=False)
+    names = {source.name}
+    for tensor in _get_all_tensors(model):
+        if uses_external_data(tensor):
+            names.update(entry.value for entry in tensor.external_data if entry.key == "location")
+    folder = workdir / "input"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in sorted(names):
+        link = folder / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            os.symlink((source.parent / name).resolve(), link)
+    return folder / source.name
+
+
 def preprocess_for_quantization(
     source: Path, workdir: Path, enabled: bool, keep_names: bool, large: bool, messages: list[LibraryMessage], notes: list[str]
 ) -> tuple[Path, str]:
     """Run ``quant_pre_process`` into ``workdir``; return the model to quantize and what happened:
-    ``optimized``, ``shape_inference_only``, ``skipped`` or ``failed`` (then the input is used)."""
+    ``optimized``, ``shape_inference_only``, ``skipped`` or ``failed`` (then the input is used,
+    through links in ``workdir``: see ``linked_input``)."""
     if not enabled:
-        return source, "skipped"
+        return linked_input(source, workdir), "skipped"
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     target = workdir / "preprocessed.onnx"
@@ -113,10 +139,10 @@ def preprocess_for_quantization(
         )
     except Exception as error:  # noqa: BLE001 - any failure here is recoverable: quantize the model as given, and say so
         notes.append(f"preprocessing (quant_pre_process) failed, so the model was quantized without it: {type(error).__name__}: {error}")
-        return source, "failed"
+        return linked_input(source, workdir), "failed"
     if not target.exists():
         notes.append("preprocessing (quant_pre_process) wrote no model, so the model was quantized without it")
-        return source, "failed"
+        return linked_input(source, workdir), "failed"
     errors = [m.message for m in messages[seen:] if m.source.startswith(_PREPROCESS_LOGGER) and m.level in ("ERROR", "CRITICAL")]
     if errors:
         # quant_pre_process logs the optimizer's failure (and its traceback) and carries on

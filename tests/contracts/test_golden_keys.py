@@ -4,8 +4,9 @@ Every result in a user's store is found by its key, so a key that changes by acc
 refactor that reorders a document, a default that moves) silently throws the whole cache away.
 These tests compute, for every example workflow, the keys that can be known before anything
 runs (datasets, first-level pass jobs, the reference evaluations) and compare them with the
-values recorded in ``golden_keys.json``. Library versions and the host are masked, so the values
-hold on any machine and with any patch release.
+values recorded in ``golden_keys.json``. Library versions, Kiln's own version (which built-in
+passes' keys name) and the host are masked, so the values hold on any machine and with any
+release; tests/engine/test_keys_resolved.py checks that Kiln's version does enter those keys.
 
 A deliberate change bumps ``engine.core.hashing.SCHEME`` and re-records the file:
 ``KILN_UPDATE_GOLDEN=1 python -m pytest tests/contracts/test_golden_keys.py``.
@@ -30,7 +31,8 @@ WORKFLOWS = sorted(p for p in (ROOT / "workflows").iterdir() if p.suffix in {".j
 
 @pytest.fixture
 def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Library versions and the host fingerprint fixed: the keys then depend on Kiln alone."""
+    """Library versions, Kiln's version and the host fingerprint fixed: the keys then depend on
+    Kiln's hashing alone."""
     import engine.core.target as target_module
 
     def versions(names: Any) -> dict[str, str]:
@@ -38,6 +40,7 @@ def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr(keys, "library_versions", versions)
     monkeypatch.setattr(target_module, "library_versions", versions)
+    monkeypatch.setattr(keys, "kiln_version", lambda: "masked")
     monkeypatch.setattr(keys, "host_fingerprint", lambda: {"host": "masked"})
     monkeypatch.setattr(keys, "accelerator_fingerprint", lambda: {"accelerators": "masked"})
     monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))

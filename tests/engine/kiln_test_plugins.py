@@ -34,9 +34,10 @@ class Sleep(_OnnxToOnnx):
         seconds: float = 60.0
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        started = time.time()
         time.sleep(self.config.seconds)
         shutil.copy(model.model_file, ctx.output_dir / "model.onnx")
-        return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir))
+        return PassResult(model=ModelArtifact.from_folder("onnx", ctx.output_dir), details={"slept": [started, time.time()]})
 
 
 class Hang(Sleep):

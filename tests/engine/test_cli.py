@@ -86,6 +86,27 @@ def test_plan_shows_misses_then_hits_and_explains_a_change(tmp_path, tiny_onnx, 
     assert "changed since the last run: config.reduce_range" in explained
 
 
+def test_plan_lists_every_candidate_the_run_evaluates_baselines_included(tmp_path, tiny_onnx, capsys):
+    workflow = tiny_workflow(tiny_onnx, search={"sampler": "grid"})  # baselines on, as by default
+    # the search holds only per_channel true; the baseline runs the pass's default (false)
+    workflow["steps"][0]["search"] = {"per_channel": [True], "reduce_range": [False, True]}
+    workflow["evaluate"] = [{"id": "size", "evaluator": "size"}]
+    workflow["select"] = {"objective": {"metric": "size.file_bytes", "goal": "min"}}
+    path = write_workflow(tmp_path, workflow)
+    store, out = tmp_path / "store", tmp_path / "out"
+    assert main(["plan", str(path), "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    planned = int(shown.split(" candidates x ")[0].rsplit("\n", 1)[-1].split()[-1])
+    assert "(baseline)" in shown
+    assert main(["run", str(path), "--store", str(store), "-o", str(out), "-q"]) == 0
+    ran = json.loads((out / "candidates.json").read_text())["candidates"]
+    assert planned == len(ran) == 4  # reference, the baseline, two searched points
+    assert [c["path"] for c in ran].count("int8(per_channel=false, reduce_range=false)") == 1
+    assert [c["id"].split("/")[-1] for c in ran] == [
+        line.split()[0] for line in shown.splitlines() if line.startswith("  ") and line.split()[0].isdigit()
+    ]
+
+
 # -- exit codes: bad input 2, a bug in Kiln 3 (issue 9, item 10) ------------------------------------
 def test_an_internal_error_exits_3_says_it_is_a_bug_and_where_the_log_is(tmp_path, tiny_onnx, capsys, monkeypatch):
     import engine.run

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
+from engine import registry
 from engine.run import run_workflow
 from engine.store import Store
 from engine.workflow import load_workflow
@@ -12,11 +16,24 @@ from engine.workflow import load_workflow
 ray = pytest.importorskip("ray")
 
 
+HERE = Path(__file__).parent
+PLUGINS = "passes:sleep=kiln_test_plugins:Sleep"
+
+
 @pytest.fixture(scope="module")
 def local_cluster():
-    ray.init(num_cpus=2, object_store_memory=128 * 2**20, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    # the test plugins reach the cluster's workers through the environment they start with
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+        patch.setenv("KILN_PLUGINS", PLUGINS)
+        patch.syspath_prepend(str(HERE))
+        registry._index.cache_clear()
+        registry.load.cache_clear()
+        ray.init(num_cpus=2, object_store_memory=128 * 2**20, include_dashboard=False, log_to_driver=False)
+        yield
+        ray.shutdown()
+    registry._index.cache_clear()
+    registry.load.cache_clear()
 
 
 def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onnx, local_cluster):
@@ -33,3 +50,21 @@ def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onn
     assert on_ray.stats.evals_run == local.stats.evals_run
     assert [r.label for r in on_ray.results if r.chosen] == [r.label for r in local.results if r.chosen]
     assert [r.metrics["fidelity.max_abs_error"] for r in on_ray.results] == [r.metrics["fidelity.max_abs_error"] for r in local.results]
+
+
+def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(tmp_path, tiny_onnx, local_cluster):
+    from engine.ray_executor import RayExecutor
+
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    # two paths from the input, one sleeping pass each: the cluster (2 CPUs) runs both at once
+    workflow["steps"] = [{"id": "a", "pass": "sleep", "config": {"seconds": 3.0}}, {"id": "b", "pass": "sleep", "config": {"seconds": 3.1}}]
+    workflow["evaluate"] = [{"id": "size", "evaluator": "size"}]
+    workflow["select"] = {"objective": {"metric": "size.file_bytes", "goal": "min"}}
+    resolved = load_workflow(write_workflow(tmp_path, workflow))
+    store = Store(tmp_path / "ray").ensure()
+    executor = RayExecutor(store, targets=resolved)
+    assert executor.default_workers() == 2
+    report = run_workflow(resolved, store, executor=executor)
+    assert report.stats.passes_run == 2
+    (a_start, a_end), (b_start, b_end) = (state.record["details"]["slept"] for state in report.jobs.values())
+    assert a_start < b_end and b_start < a_end  # the two sleeps overlapped

@@ -51,7 +51,7 @@ def test_fusion_on_a_cpu_target_keys_exactly_as_before_targets_were_read(tmp_pat
     key, doc = _key(plan, job)
     # the key a CPU fusion had when use_gpu defaulted to false and the pass never saw a target
     before = OrtFusion.Config(model_type="bert", use_gpu=False).to_json()
-    assert key == keys.pass_key(OrtFusion, before, "sha256:in", {"workflow input": "sha256:workflow-input"}, None)[0]
+    assert key == keys.pass_key(OrtFusion, before, "sha256:in", {"workflow input": "sha256:workflow-input"}, None, builtin=True)[0]
     assert doc["target"] is None and doc["config"]["use_gpu"] is False
     assert job.target is None and plan.spec(job.id).target is None  # the pass is given no target
 

@@ -321,6 +321,23 @@ def test_preprocess_false_quantizes_the_model_as_given(tmp_path: Path) -> None:
     assert _op_types(result.model.model_file).count("MatMulInteger") == 2
 
 
+def test_quantizing_without_preprocessing_writes_nothing_next_to_the_input(tmp_path: Path, monkeypatch) -> None:
+    # onnxruntime writes <name>-inferred.onnx beside the model it is given, then deletes it: two
+    # jobs quantizing one stored model at once deleted each other's copy
+    written: list[Path] = []
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def spy(model_path: str, output_path: str = "", *args, **kwargs):
+        written.append(Path(output_path or model_path))
+        return infer(model_path, output_path, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+    source = _artifact(tmp_path / "in", _mlp())
+    result = OrtQuantize(OrtQuantize.Config(preprocess=False))(source, _context(tmp_path / "job"))
+    assert written and all(path.parent.resolve() != source.path.resolve() for path in written)
+    assert _op_types(result.model.model_file).count("MatMulInteger") == 2
+
+
 # ---------------------------------------------------------------- config and contract
 
 
