@@ -102,6 +102,10 @@ def main() -> None:
             at_near = next(i for i, p in enumerate(grid_order, 1) if p in near)
             # points as good as the best (the same value: two settings can make the same model)
             equal = {repr(r.candidate.params) for r in grid.results if r.feasible and r.metrics.get(objective) == best.metrics[objective]}
+            models = len({r.model.digest for r in grid.results if r.model is not None})
+            print(
+                f"{len(equal)} point(s) score exactly the best's value (settings that make the same model); {models} distinct models in all"
+            )
             print(f"within 5% of the best (and feasible): {len(near)} candidates; the grid met one after {at_near} candidates")
             budget = args.budget or len(grid.results)
             for sampler in ("random", "tpe"):
