@@ -296,5 +296,27 @@ def parse_json(text: str) -> Parsed:
     try:
         data = json.loads(text, object_pairs_hook=no_duplicates, parse_int=bounded_int, parse_constant=no_constant)
     except RecursionError:
-        raise ParseError(f"nested deeper than {MAX_DEPTH} levels", hint="a workflow needs far fewer levels") from None
+        raise ParseError(
+            f"nested deeper than {MAX_DEPTH} levels", _line_past_depth(text), hint="a workflow needs far fewer levels"
+        ) from None
     return Parsed(data=data, lines=lines)
+
+
+def _line_past_depth(text: str) -> int | None:
+    """The line where JSON text first nests deeper than ``MAX_DEPTH`` (strings skipped)."""
+    depth, line, in_string, escaped = 0, 1, False, False
+    for char in text:
+        if char == "\n":
+            line += 1
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return line
+        elif char in "]}":
+            depth -= 1
+    return None

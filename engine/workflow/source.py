@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from engine.core.errors import InputError, Problem
-from engine.workflow.parse import ParseError, Path_, check_values, parse_json, parse_yaml
+from engine.workflow.parse import MAX_DEPTH, ParseError, Path_, check_values, parse_json, parse_yaml
 
 
 def key_path(parts: Path_) -> str:
@@ -111,6 +111,11 @@ def _parse(file: Path, text: str) -> Any:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         what = getattr(error, "problem", None) or str(error)
+        if "maximum nesting depth" in what:  # PyYAML >= 6.0.3's own bound, met while scanning ahead of ours
+            problem = WorkflowSource(file=file, data=None).problem(
+                (), f"nested deeper than {MAX_DEPTH} levels", hint="a workflow needs far fewer levels"
+            )
+            raise InputError([replace(problem, line=line)]) from None
         raise InputError(
             [Problem(where="", message=f"malformed YAML: {what}", file=str(file), line=line, hint="fix the syntax at the line shown")]
         ) from None
