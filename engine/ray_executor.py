@@ -1,7 +1,9 @@
 """Run jobs as Ray tasks: the same worker command, on whichever node has the resources.
 
-Each job is a Ray task that runs ``python -m engine.worker JOB`` on its node, so a crash stays
-in that process exactly as it does locally. The artifact store must be a path every node sees
+Each job is a Ray task that runs the job in a worker process on its node, so a crash stays in
+that process exactly as it does locally. The worker is a warm one (engine.pool) that the Ray
+worker process keeps between tasks, so a node pays for Python and its libraries once per Ray
+worker, not once per job (``KILN_POOL=0``: a fresh ``python -m engine.worker JOB`` per job). The artifact store must be a path every node sees
 (a shared file system mounted at the same place): workers read inputs from it and publish into
 it. A target's ``resources`` (e.g. ``{GPU: 1}`` or a custom ``{intel_cpu: 1}``) are requested
 for every job on that target, so its evaluations land on a node that has its device.
@@ -16,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import MissingDependency
-from engine.executor import LocalExecutor, run_worker_process
+from engine.executor import LocalExecutor, run_on_node
 from engine.jobs import WorkOrder
 from engine.store import Store
 
 
 class RayExecutor(LocalExecutor):
     def __init__(self, store: Store, address: str | None = None, targets: Any = None, python: str | None = None) -> None:
-        super().__init__(store, python, pool=False)  # Ray tasks run one-shot workers
+        super().__init__(store, python, pool=False)  # no pool here: each Ray worker keeps its own
         try:
             import ray
         except ImportError:
@@ -34,7 +36,7 @@ class RayExecutor(LocalExecutor):
             # models travel through the shared artifact store, not through Ray
             local = {"object_store_memory": 128 * 2**20} if address is None else {}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False, **local)
-        self._remote = ray.remote(run_worker_process)
+        self._remote = ray.remote(run_on_node)
         self.resources: dict[str, dict[str, float]] = {}
         for target_id, entry in getattr(targets, "targets", {}).items():
             wanted = getattr(entry.instance.config, "resources", None)

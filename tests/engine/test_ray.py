@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 
 HERE = Path(__file__).parent
-PLUGINS = "passes:sleep=kiln_test_plugins:Sleep"
+PLUGINS = "passes:sleep=kiln_test_plugins:Sleep,passes:pid=kiln_test_plugins:Pid,passes:crash=kiln_test_plugins:Crash"
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,21 @@ def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(t
     assert report.stats.passes_run == 2
     (a_start, a_end), (b_start, b_end) = (state.record["details"]["slept"] for state in report.jobs.values())
     assert a_start < b_end and b_start < a_end  # the two sleeps overlapped
+
+
+def test_ray_workers_stay_warm_between_jobs_and_a_crash_stays_in_its_worker(tmp_path, tiny_onnx, local_cluster):
+    from engine.ray_executor import RayExecutor
+
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    chain = [{"id": f"p{i}", "pass": "pid", "config": {"tag": f"p{i}"}, **({"after": f"p{i - 1}"} if i else {})} for i in range(5)]
+    workflow["steps"] = [{"id": "bad", "pass": "crash"}, *chain]
+    workflow["evaluate"] = [{"id": "size", "evaluator": "size"}]
+    workflow["select"] = {"objective": {"metric": "size.file_bytes", "goal": "min"}}
+    resolved = load_workflow(write_workflow(tmp_path, workflow))
+    store = Store(tmp_path / "ray").ensure()
+    report = run_workflow(resolved, store, executor=RayExecutor(store, targets=resolved), workers=1)
+    states = {r.label: r.state for r in report.results if not r.candidate.reference}
+    assert states["bad"] == "failed" and states[" → ".join(f"p{i}" for i in range(5))] == "complete"
+    pids = [state.record["details"]["pid"] for state in report.jobs.values() if state.record and "pid" in state.record["details"]]
+    assert len(pids) == 5
+    assert len(set(pids)) <= 2  # five jobs, at most one warm worker per Ray worker (2 CPUs): not a process each
