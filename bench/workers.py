@@ -1,6 +1,6 @@
 """Throughput of pass-heavy work on 1, 2 and 4 local Ray workers (or local pooled workers).
 
-    python bench/workers.py [--workers 1 2 4] [--rounds 1] [--layers 12] [--executor ray|local]
+    python bench/workers.py [--workers 1 2 4] [--rounds 1] [--layers 24] [--executor ray|local]
 
 The work: one ONNX model (a stack of 768-wide MatMul layers, written here with numpy weights),
 then ``ort_quantize`` with 16 distinct configs (mode dynamic; per_channel x reduce_range x
@@ -142,7 +142,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--layers", type=int, default=12, help="MatMul layers of the model (768 wide)")
+    parser.add_argument("--layers", type=int, default=24, help="MatMul layers of the model (768 wide)")
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workflow", type=Path, help=argparse.SUPPRESS)
