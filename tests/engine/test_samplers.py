@@ -180,7 +180,7 @@ def test_a_resumed_sampler_returns_what_earlier_runs_finished(tmp_path, space):
         second.close()
 
 
-@pytest.mark.parametrize("kind", ["random", "tpe"])
+@pytest.mark.parametrize("kind", ["random", "tpe", "nsga2", "cmaes"])
 def test_the_same_seed_and_history_propose_the_same_points_each_once(tmp_path, space, kind):
     runs = []
     for folder in ("a", "b"):
