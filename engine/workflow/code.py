@@ -1,7 +1,8 @@
 """The code a workflow runs: every Python file it names whose code Kiln executes.
 
-A workflow file is as powerful as code: a torch ``factory``, a custom evaluator's ``file`` or an
-accuracy ``postprocess`` runs with the user's rights (in a worker process, not in the engine).
+A workflow file is as powerful as code: a torch ``factory``, a custom evaluator's ``file``, an
+accuracy ``postprocess`` or a custom data source's ``file`` runs with the user's rights (in a
+worker process, not in the engine).
 ``engine validate`` and ``engine plan`` list them so nobody runs a workflow without seeing them.
 An input ``package`` is not on the list: its files are read, its code is never imported.
 """
@@ -31,14 +32,22 @@ def code_of(resolved: ResolvedWorkflow) -> list[CodeUse]:
     uses: list[CodeUse] = []
     if resolved.input.format == "torch":
         uses.append(CodeUse("input.factory", resolved.input.path, resolved.input.attrs.get("function")))
+    for name, data in resolved.datasets.items():
+        uses += _code_options(data.cls, data.config, f"data.{name}")
     for index, entry in enumerate(resolved.evaluators.values()):
-        fields = reference_fields(entry.cls.Config)
-        for option, ref in fields.items():
-            value = entry.config.get(option)
-            if ref.kind != RefKind.FILE:
-                continue
-            # a path option whose file is Python is loaded as code (spec_from_file_location needs .py)
-            if isinstance(value, str) and (ref.code or value.endswith(".py")):
-                function = entry.config.get("function") if isinstance(entry.config.get("function"), str) else None
-                uses.append(CodeUse(f"evaluate[{index}].config.{option}", Path(value), function))
+        uses += _code_options(entry.cls, entry.config, f"evaluate[{index}].config")
+    return uses
+
+
+def _code_options(cls: object, config: dict[str, object], where: str) -> list[CodeUse]:
+    """The options of a plugin's config that name Python it loads as code."""
+    uses = []
+    for option, ref in reference_fields(cls.Config).items():  # type: ignore[attr-defined]
+        value = config.get(option)
+        if ref.kind != RefKind.FILE:
+            continue
+        # a path option whose file is Python is loaded as code (spec_from_file_location needs .py)
+        if isinstance(value, str) and (ref.code or value.endswith(".py")):
+            function = config.get("function")
+            uses.append(CodeUse(f"{where}.{option}", Path(value), function if isinstance(function, str) else None))
     return uses

@@ -25,6 +25,8 @@ def test_a_custom_source_feeds_the_evaluations(tmp_path, tiny_onnx):
     workflow["evaluate"] = [workflow["evaluate"][0]]
     workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}, "constraints": []}
     path = write_workflow(tmp_path, workflow)
+    checked = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and f"data.rows.file: {tmp_path / 'make_data.py'}, function rows" in checked.stdout  # named
     done = subprocess.run(
         [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")],
         capture_output=True,
