@@ -145,10 +145,10 @@ def pooling_enabled() -> bool:
     return os.environ.get("KILN_POOL", "1") != "0"
 
 
-#: the warm workers a process that runs jobs for others keeps, by interpreter (a Ray worker
-#: process: Ray reuses it between tasks, so its pool stays warm from one job to the next)
-_NODE_POOLS: dict[str, WorkerPool] = {}
-_NODE_POOLS_LOCK = threading.Lock()
+#: the warm workers a process that runs jobs for others keeps (a Ray worker process: Ray reuses
+#: it between tasks, so its pool stays warm from one job to the next)
+_node_pool: WorkerPool | None = None
+_NODE_POOL_LOCK = threading.Lock()
 
 
 def run_on_node(python: str, job_file: str, log_path: str, timeout_s: float | None) -> int | str:
@@ -156,12 +156,13 @@ def run_on_node(python: str, job_file: str, log_path: str, timeout_s: float | No
     fresh one with ``KILN_POOL=0``. Outcomes as ``run_worker_process``'s; a worker that crashed
     or timed out is replaced, so crashes stay isolated. Jobs for another interpreter (an isolated
     environment) get a fresh process, as locally."""
+    global _node_pool
     if not pooling_enabled() or python != sys.executable:
         return run_worker_process(python, job_file, log_path, timeout_s)
-    with _NODE_POOLS_LOCK:
-        pool = _NODE_POOLS.get(python)
-        if pool is None or pool.closed:
-            pool = _NODE_POOLS[python] = WorkerPool(python, worker_env())
+    with _NODE_POOL_LOCK:
+        if _node_pool is None or _node_pool.closed:
+            _node_pool = WorkerPool(python, worker_env())
+        pool = _node_pool
     return run_pooled(pool, job_file, log_path, timeout_s, None)
 
 

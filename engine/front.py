@@ -39,8 +39,7 @@ def _dominates(a: CandidateResult, b: CandidateResult, axes: list[tuple[str, int
     return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
 
 
-def pareto_front(resolved: ResolvedWorkflow, feasible: list[CandidateResult]) -> list[CandidateResult]:
-    axes = _axes(resolved, feasible)
+def pareto_front(feasible: list[CandidateResult], axes: list[tuple[str, int]]) -> list[CandidateResult]:
     return [r for r in feasible if not any(_dominates(o, r, axes) for o in feasible if o is not r)]
 
 
@@ -84,7 +83,8 @@ def choose_from_front(
 ) -> None:
     """Mark the front (``pareto``), the chosen candidate and every feasible candidate's verdict."""
     measured = [r for r in feasible if all(o.metric in r.metrics for o in resolved.spec.select.objectives)]
-    front = pareto_front(resolved, measured)
+    axes = _axes(resolved, measured)
+    front = pareto_front(measured, axes)
     for result in measured:
         result.pareto = result in front
     if not front:
@@ -93,17 +93,15 @@ def choose_from_front(
     if isinstance(choose, Weights):
         _weighted(resolved, front, reference, choose)
     else:
-        axes = _axes(resolved, front)[1:]
         extra = [
             (
                 f"{'higher' if sign > 0 else 'lower'} {metric}",
                 lambda r, m=metric, s=sign: s * r.metrics[m],
                 lambda r, m=metric: _fmt(r.metrics[m]),
             )
-            for metric, sign in axes
+            for metric, sign in _axes(resolved, front)[1:]
         ]
         _choose(resolved, front, order, extra)
-    axes = _axes(resolved, measured)
     for result in measured:
         if result not in front:
             by = next(o for o in front if _dominates(o, result, axes))

@@ -28,12 +28,6 @@ from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Objective
 
 
-def run_id(runner: Runner) -> str:
-    """Names the search of this workflow: same steps, search space, sampler and selection → same
-    study, whatever its budget (engine.studies)."""
-    return f"{runner.resolved.name}-{sha256_json(studies.identity(runner.resolved.spec))[:16]}"
-
-
 def objective_value(
     resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None, objective: Objective | None = None
 ) -> float:
@@ -91,12 +85,13 @@ class TargetSearch:
         if self._sampler is not None:
             return self._sampler
         storage = self.spec.storage or f"sqlite:///{self.runner.store.root / 'search.db'}"
-        study = f"{run_id(self.runner)}/{self.target}"
+        # same steps, search space, sampler and selection → same study, whatever its budget
+        ident = studies.identity(self.runner.resolved.spec)
+        study = studies.study_name(self.runner.resolved.name, ident, self.target)
         goals = [o.goal for o in self.runner.resolved.spec.select.objectives]
         lock = self.runner.store.root / "locks" / "search.lock"
         sampler = make_sampler(self.spec.sampler, self.space, storage, study, self.spec.seed, goals, lock)
         if isinstance(sampler, OptunaSampler):
-            ident = studies.identity(self.runner.resolved.spec)
             tried = history_length(sampler.study.get_trials(deepcopy=False))
             note = studies.describe(sampler.storage, self.runner.resolved.name, self.target, study, ident, tried)
             if IDENTITY_ATTR not in sampler.study.user_attrs:

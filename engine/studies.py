@@ -29,6 +29,7 @@ def identity(spec: Any) -> dict[str, Any]:
 
 
 def study_name(name: str, ident: dict[str, Any], target: str) -> str:
+    """The study of workflow ``name``'s search of ``target`` (``ident``: its identity)."""
     return f"{name}-{sha256_json(ident)[:16]}/{target}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.core.refs import RefKind, reference_fields
 from engine.workflow.resolve import ResolvedWorkflow
@@ -39,10 +40,10 @@ def code_of(resolved: ResolvedWorkflow) -> list[CodeUse]:
     return uses
 
 
-def _code_options(cls: object, config: dict[str, object], where: str) -> list[CodeUse]:
+def _code_options(cls: Any, config: dict[str, Any], where: str) -> list[CodeUse]:
     """The options of a plugin's config that name Python it loads as code."""
     uses = []
-    for option, ref in reference_fields(cls.Config).items():  # type: ignore[attr-defined]
+    for option, ref in reference_fields(cls.Config).items():
         value = config.get(option)
         if ref.kind != RefKind.FILE:
             continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +54,11 @@ class BuiltEnvironment:
     def library_versions(self, names: tuple[str, ...] | list[str]) -> dict[str, str | None]:
         """Versions of ``names`` as a job there sees them: the environment's own, else the main
         environment's (it stays importable behind the environment's packages)."""
+        from packaging.utils import canonicalize_name  # PEP 503, as the frozen list's names are (engine.environments)
+
         own = dict(self.versions)
-        main = library_versions([n for n in names if _normalized(n) not in own])
-        return {name: own.get(_normalized(name), main.get(name)) for name in names}
-
-
-def _normalized(name: str) -> str:
-    """A distribution name as PEP 503 normalizes it (``Neural_Compressor`` → ``neural-compressor``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+        main = library_versions([n for n in names if canonicalize_name(n) not in own])
+        return {name: own.get(canonicalize_name(name), main.get(name)) for name in names}
 
 
 @dataclass
