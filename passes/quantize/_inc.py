@@ -32,6 +32,8 @@ from engine.core import KilnError, PassConfig, PassContext
 from engine.core.config import EnvironmentSpec
 from engine.core.refs import DatasetRef
 from passes.common.library_logs import LibraryMessage, LogCollector
+from passes.common.onnx_io import OnnxPass
+from passes.quantize.ort_quantize_config import with_static_defaults
 
 if TYPE_CHECKING:
     import onnx
@@ -55,6 +57,16 @@ INC_LIBRARIES = ("neural-compressor", "onnx", "onnxruntime", "numpy")
 STATIC_ONLY = ("calibration", "calibration_method", "calibration_samples", "smooth_quant", "smooth_quant_alpha")
 #: what static mode uses for these when they are not given (filled in, so the job key names them)
 STATIC_DEFAULTS: dict[str, Any] = {"calibration_method": "minmax", "calibration_samples": 100, "smooth_quant": False}
+
+
+class IncPass(OnnxPass):
+    """What both INC passes declare: ONNX in and out, INC's libraries and its environment."""
+
+    accepts = ("onnx",)
+    produces = "onnx"
+    libraries = INC_LIBRARIES
+    environment = INC_ENVIRONMENT
+    default_timeout_s = 3600.0
 
 
 class IncOptions(PassConfig):
@@ -100,12 +112,7 @@ class IncOptions(PassConfig):
     @model_validator(mode="before")
     @classmethod
     def _fill_static_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", cls.model_fields["mode"].default) == "static":
-            data = dict(data)
-            for name, value in STATIC_DEFAULTS.items():
-                if data.get(name) is None:
-                    data[name] = value
-        return data
+        return with_static_defaults(data, STATIC_DEFAULTS, cls.model_fields["mode"].default)
 
     @model_validator(mode="after")
     def _check_mode(self) -> IncOptions:

@@ -16,26 +16,21 @@ from typing import Any
 
 from engine.core import Categorical, ModelArtifact, PassContext, PassResult
 from passes.common.library_logs import distinct
-from passes.common.onnx_io import OnnxPass, save_onnx
+from passes.common.onnx_io import save_onnx
 from passes.common.pass_io import onnx_output, open_onnx_input, require
 from passes.quantize import _inc
 from passes.quantize.onnx_facts import file_bytes, new_quantized_ops, op_counts
 
 
-class IncQuantize(OnnxPass):
+class IncQuantize(_inc.IncPass):
     name = "inc_quantize"
     summary = "INT8 quantization with Intel Neural Compressor (dynamic or static, QOperator or QDQ), in its own environment."
     version = "1"
-    accepts = ("onnx",)
-    produces = "onnx"
-    libraries = _inc.INC_LIBRARIES
-    environment = _inc.INC_ENVIRONMENT
     search_space = {
         "per_channel": Categorical((False, True)),
         "calibration_method": Categorical(("minmax", "kl", "percentile")),
         "quant_format": Categorical(("QOperator", "QDQ")),
     }
-    default_timeout_s = 3600.0
 
     Config = _inc.IncOptions
     config: _inc.IncOptions

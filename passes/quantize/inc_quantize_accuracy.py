@@ -30,7 +30,7 @@ from engine.core import Categorical, KilnError, ModelArtifact, PassContext, Pass
 from engine.core.evaluator import MetricResult
 from engine.core.refs import EvaluationRef
 from passes.common.library_logs import distinct
-from passes.common.onnx_io import OnnxPass, save_onnx
+from passes.common.onnx_io import save_onnx
 from passes.common.pass_io import open_onnx_input
 from passes.quantize import _inc
 from passes.quantize.onnx_facts import file_bytes, new_quantized_ops, op_counts
@@ -120,21 +120,16 @@ class Judge:
         return value
 
 
-class IncQuantizeAccuracy(OnnxPass):
+class IncQuantizeAccuracy(_inc.IncPass):
     name = "inc_quantize_accuracy"
     summary = "Intel Neural Compressor's accuracy-driven INT8 tuning, judged by a workflow evaluation, in its own environment."
     version = "1"
-    accepts = ("onnx",)
-    produces = "onnx"
     target_dependent = True
-    libraries = _inc.INC_LIBRARIES
-    environment = _inc.INC_ENVIRONMENT
     search_space = {
         "strategy": Categorical(("basic", "mse_v2", "bayesian")),
         "calibration_method": Categorical(("minmax", "kl", "percentile")),
         "per_channel": Categorical((False, True)),
     }
-    default_timeout_s = 3600.0
 
     Config = IncQuantizeAccuracyConfig
     config: IncQuantizeAccuracyConfig

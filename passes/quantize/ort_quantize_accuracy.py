@@ -46,6 +46,7 @@ from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.common.pass_io import require
 from passes.quantize.onnx_facts import file_bytes, iter_nodes
 from passes.quantize.ort_quantize import STATIC_DEFAULTS, OrtQuantize, OrtQuantizeConfig, preprocess_for_quantization
+from passes.quantize.ort_quantize_config import with_static_defaults
 
 if TYPE_CHECKING:
     import onnx
@@ -96,12 +97,7 @@ class OrtQuantizeAccuracyConfig(OrtQuantizeConfig):
     def _fill_static_defaults(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        data = dict(data)
-        data.setdefault("mode", "static")
-        if data["mode"] == "static":
-            for name, value in STATIC_DEFAULTS.items():
-                if data.get(name) is None:
-                    data[name] = value
+        data = with_static_defaults({"mode": "static", **data}, STATIC_DEFAULTS)
         if data.get("sensitivity") is None:
             data["sensitivity"] = "activation_error" if data["mode"] == "static" else "weight_error"
         return data

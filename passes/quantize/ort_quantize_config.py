@@ -45,6 +45,14 @@ STATIC_UNSUPPORTED_EXTRA = {
 MIN_BINS = {"Entropy": 128, "Distribution": 512}
 
 
+def with_static_defaults(data: Any, defaults: dict[str, Any], mode: str | None = None) -> Any:
+    """A before-validator's input with ``defaults`` filled in where missing or null, when its mode
+    is static (``mode``: the mode when it names none), so the job key names every value used."""
+    if isinstance(data, dict) and data.get("mode", mode) == "static":
+        return {**data, **{name: value for name, value in defaults.items() if data.get(name) is None}}
+    return data
+
+
 class OrtQuantizeConfig(PassConfig):
     """Options of ort_quantize: a union on ``mode``. ``OrtQuantizeConfig(...)`` and
     ``OrtQuantizeConfig.model_validate(...)`` give a ``DynamicQuantizeConfig`` (mode dynamic, the
@@ -192,12 +200,7 @@ class OrtQuantizeConfig(PassConfig):
     @model_validator(mode="before")
     @classmethod
     def _fill_static_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode") == "static":
-            data = dict(data)
-            for name, value in STATIC_DEFAULTS.items():
-                if data.get(name) is None:
-                    data[name] = value
-        return data
+        return with_static_defaults(data, STATIC_DEFAULTS)
 
     @model_validator(mode="after")
     def _check(self) -> OrtQuantizeConfig:
