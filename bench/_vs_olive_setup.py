@@ -148,8 +148,20 @@ def olive_config(job: str, model: Path, cache_dir: Path, output_dir: Path, sente
 
 
 def kiln_workflow(job: str, sentences: Path = SENTENCES) -> dict[str, Any]:
-    """Kiln's workflow for ``job``: the same chain, no baselines, the chain's end timed alone."""
-    latency = {"batch_size": 1, "sequence_length": SEQUENCE_LENGTH, "warmup": WARMUP, "runs": RUNS, "compare": False}
+    """Kiln's workflow for ``job``: the same chain, no baselines, each model timed alone as Olive
+    times one: one session, ``WARMUP`` untimed runs, then ``RUNS`` timed runs (Kiln's default spreads
+    the runs over three sessions and opens three more for the warm start-up time)."""
+    latency = {
+        "batch_size": 1,
+        "sequence_length": SEQUENCE_LENGTH,
+        "warmup": WARMUP,
+        "runs": RUNS,
+        "runs_per_round": RUNS // 10,
+        "min_rounds": 10,
+        "sessions": 1,
+        "warm_starts": 0,
+        "compare": False,
+    }
     if job == "ort":
         target = {"id": "ort-cpu", "runtime": "onnxruntime", "device": "cpu"}
         steps: list[dict[str, Any]] = [

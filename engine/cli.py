@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         "-j",
         type=int,
-        help="run up to N jobs at once (timings still run alone; default 1, with --executor ray the cluster's CPUs)",
+        help="run up to N jobs at once (timings still run alone; default: one per core, at most 4; with --executor ray the cluster's CPUs)",
     )
     run.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
     run.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
@@ -299,6 +299,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from engine.emit import check_output_dir, write_outputs
+    from engine.executor import prestarted
     from engine.hooks import EventLog, Fanout
     from engine.olive_cli import olive_file, run_path
     from engine.progress import live_progress
@@ -306,31 +307,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from engine.run import run_workflow
     from engine.workflow import load_workflow
 
-    resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
-    output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
-    check_output_dir(output)
-    store = _open_store(args, resolved)
-    _make_output(output)
-    if args.workers is not None and args.workers < 1:
-        raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
-    executor = None
-    if args.executor == "ray":
-        from engine.ray_executor import RayExecutor
+    with prestarted(args.workers if args.executor == "local" else 0):  # workers load Python and the engine meanwhile
+        resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
+        output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+        check_output_dir(output)
+        store = _open_store(args, resolved)
+        _make_output(output)
+        if args.workers is not None and args.workers < 1:
+            raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
+        executor = None
+        if args.executor == "ray":
+            from engine.ray_executor import RayExecutor
 
-        executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
-    live = None if args.quiet or not console.is_terminal else live_progress(console, resolved)  # CI logs keep lines
+            executor = RayExecutor(store.ensure(), address=args.ray_address or os.environ.get("RAY_ADDRESS"), targets=resolved)
+        live = None if args.quiet or not console.is_terminal else live_progress(console, resolved)  # CI logs keep lines
 
-    def execute() -> int:
-        with EventLog(output / "events.jsonl") as events, live or contextlib.nullcontext():
-            hooks = Fanout(events, live or Progress(quiet=args.quiet))
-            report = run_workflow(resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing)
-        write_outputs(report, output)
-        print_summary(report)
-        runnable = [t for t in resolved.targets.values() if t.availability.ok]
-        chosen = report.chosen()
-        return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
+        def execute() -> int:
+            with EventLog(output / "events.jsonl") as events, live or contextlib.nullcontext():
+                hooks = Fanout(events, live or Progress(quiet=args.quiet))
+                report = run_workflow(
+                    resolved, store, hooks, executor=executor, workers=args.workers, exclusive_timing=not args.overlap_timing
+                )
+            write_outputs(report, output)
+            print_summary(report)
+            runnable = [t for t in resolved.targets.values() if t.availability.ok]
+            chosen = report.chosen()
+            return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
 
-    return _recorded(store, resolved, output, execute)
+        return _recorded(store, resolved, output, execute)
 
 
 def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,10 +117,13 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def run_pooled(pool: WorkerPool, job_file: str, log_path: str, timeout_s: float | None, stop: threading.Event | None) -> int | str:
+def run_pooled(
+    pool: WorkerPool, job_file: str, log_path: str, timeout_s: float | None, stop: threading.Event | None, alone: bool = False
+) -> int | str:
     """``run_worker_process`` in a warm worker of ``pool``: the same outcomes (a died worker's exit
-    code, TIMED_OUT), 0 once the job is done; a worker that died or timed out is not reused."""
-    worker = pool.acquire()
+    code, TIMED_OUT), 0 once the job is done; a worker that died or timed out is not reused.
+    ``alone``: a timing job (``WorkerPool.acquire``)."""
+    worker = pool.acquire(alone)
     try:
         try:
             worker.send(job_file, log_path, worker_deadline(timeout_s))
@@ -138,6 +143,28 @@ def run_pooled(pool: WorkerPool, job_file: str, log_path: str, timeout_s: float 
         return code
     pool.release(worker)
     return 0
+
+
+#: the most jobs run at once locally without ``--workers`` (each holds a model or two in memory)
+MAX_DEFAULT_WORKERS = 4
+#: how long a timing job waits for idle workers to finish importing before it starts anyway
+SETTLE_TIMEOUT_S = 30.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def local_workers() -> int:
+    """How many jobs run at once locally without ``--workers``: one per core this process may
+    use, at most ``MAX_DEFAULT_WORKERS``. Passes are mostly single-threaded Python (imports, graph
+    rewriting, a quantizer's loops), so two of them share two cores well, and a dataset is read
+    while the first pass runs; timing evaluations still run alone (engine.gate)."""
+    return max(1, min(MAX_DEFAULT_WORKERS, usable_cores()))
 
 
 def pooling_enabled() -> bool:
@@ -166,6 +193,39 @@ def run_on_node(python: str, job_file: str, log_path: str, timeout_s: float | No
     return run_pooled(pool, job_file, log_path, timeout_s, None)
 
 
+#: workers started before the workflow was read (``prestarted``), for the run's executor to adopt
+_prestarted: WorkerPool | None = None
+
+
+@contextlib.contextmanager
+def prestarted(count: int | None) -> Iterator[None]:
+    """Start ``count`` pooled workers (None: ``local_workers()``; 0: none) on entering, before the
+    workflow is read and the store opened: Python and the engine load in them meanwhile, and they
+    begin importing the run's libraries as soon as it says which. The run's executor adopts them;
+    on leaving, those it did not adopt (the run stopped before it began) are ended."""
+    global _prestarted
+    count = local_workers() if count is None else count
+    if count > 0 and pooling_enabled() and _prestarted is None:
+        _prestarted = WorkerPool(sys.executable, worker_env())
+        _prestarted.warm(count)
+    try:
+        yield
+    finally:
+        pool = adopt_prestarted(sys.executable)
+        if pool is not None:
+            pool.close()
+
+
+def adopt_prestarted(python: str) -> WorkerPool | None:
+    """The prestarted pool, handed over once, if it runs ``python``."""
+    global _prestarted
+    pool, _prestarted = _prestarted, None
+    if pool is not None and (pool.python != python or pool.closed):
+        pool.close()
+        return None
+    return pool
+
+
 class LocalExecutor:
     """Worker processes on this machine: warm pooled workers (engine.pool) for this interpreter,
     a fresh process per job for others (isolated environments) or with ``KILN_POOL=0``. How many
@@ -183,8 +243,12 @@ class LocalExecutor:
     def pool(self) -> WorkerPool:
         with self._pool_lock:
             if self._pool is None or self._pool.closed:
-                self._pool = WorkerPool(self.python, worker_env())
+                self._pool = adopt_prestarted(self.python) or WorkerPool(self.python, worker_env())
             return self._pool
+
+    def default_workers(self) -> int:
+        """How many jobs run at once without ``--workers`` (``local_workers``)."""
+        return local_workers()
 
     def warm(self, count: int) -> None:
         """Start ``count`` pooled workers now, while the engine does its own first work."""
@@ -208,22 +272,23 @@ class LocalExecutor:
         if pool is not None:
             pool.close()
 
-    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None, alone: bool = False) -> int | str:
         python = job.python or self.python
         if self.pooled and python == self.python:
-            return run_pooled(self.pool(), str(job_file), str(log_path), timeout_s, self._stop)
+            return run_pooled(self.pool(), str(job_file), str(log_path), timeout_s, self._stop, alone)
         return run_worker_process(python, str(job_file), str(log_path), timeout_s, self._stop)
 
-    def run(self, job: WorkOrder, timeout_s: float | None = None) -> Outcome:
+    def run(self, job: WorkOrder, timeout_s: float | None = None, alone: bool = False) -> Outcome:
         """Run ``job`` in a worker, unless another run sharing the store is building the same
-        key: then wait for it and return its record."""
+        key: then wait for it and return its record. ``alone``: a timing job, which the gate lets
+        run with no other job beside it; no idle worker may be importing beside it either."""
         with job_lock(self.store.root / "locks", job.key, timeout_s) as waited:
             record = self.store.lookup(job.key) if waited else None
             if record is not None:
                 return Outcome(ok=True, record=record, shared=True)
-            return self._run(job, timeout_s)
+            return self._run(job, timeout_s, alone)
 
-    def _run(self, job: WorkOrder, timeout_s: float | None) -> Outcome:
+    def _run(self, job: WorkOrder, timeout_s: float | None, alone: bool = False) -> Outcome:
         staging = self.store.staging(job.kind)
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{job.key}.log"
@@ -231,7 +296,7 @@ class LocalExecutor:
         job_file = staging / "job.json"
         write_json_atomic(job_file, job.to_json())
         try:
-            code = self.execute(job, job_file, log_path, timeout_s)
+            code = self.execute(job, job_file, log_path, timeout_s, alone)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -35,6 +35,9 @@ from pathlib import Path
 #: a worker serves at most this many jobs, then is replaced (bounds what leaks between jobs)
 MAX_JOBS = 32
 
+#: how long a timing job waits for idle workers to finish their imports before it starts anyway
+SETTLE_TIMEOUT_S = 30.0
+
 #: distribution names whose module is named otherwise
 _MODULES = {
     "onnxruntime-gpu": "onnxruntime",
@@ -46,14 +49,16 @@ _MODULES = {
 
 
 def preload_modules(libraries: Iterable[str]) -> list[str]:
-    """The importable modules of ``libraries`` (distribution names), in order, once each."""
+    """The importable modules of ``libraries`` (distribution names, or dotted module names), in
+    order, once each. Only a top-level package is looked up here: finding a submodule would import
+    its package into the engine."""
     modules: list[str] = []
     for library in libraries:
-        module = _MODULES.get(library, library.replace("-", "_"))
+        module = library if "." in library else _MODULES.get(library, library.replace("-", "_"))
         if module in modules:
             continue
         try:
-            found = importlib.util.find_spec(module) is not None
+            found = importlib.util.find_spec(module.split(".")[0]) is not None
         except (ImportError, ValueError):
             found = False
         if found:
@@ -78,6 +83,9 @@ class PooledWorker:
         )
         self.jobs = 0
         self.recycle = False
+        #: preload requests not yet answered: the worker answers "ready" for each once its list is done
+        self.owed = 1 if env.get("KILN_PRELOAD") else 0
+        self._reply = b""
 
     @property
     def pid(self) -> int:
@@ -91,6 +99,7 @@ class PooledWorker:
         try:
             self.process.stdin.write((json.dumps({"preload": modules}) + "\n").encode())
             self.process.stdin.flush()
+            self.owed += 1
         except OSError:  # it died: the next job finds out
             pass
 
@@ -108,21 +117,45 @@ class PooledWorker:
     def wait_done(self, timeout_s: float | None, stop: threading.Event | None) -> int | None:
         """None once the job is done; the exit code if the worker died meanwhile. Raises
         TimeoutError at ``timeout_s`` and KeyboardInterrupt when ``stop`` is set."""
+        return self._wait_for((b"done", b"recycle"), timeout_s, stop)
+
+    @property
+    def preloading(self) -> bool:
+        """Still importing libraries for later jobs."""
+        return self.owed > 0
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until this idle worker has imported what it was asked to preload (or ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self.preloading:
+                if self._wait_for((b"ready",), max(0.0, deadline - time.monotonic()), None) is not None:
+                    return  # it died
+        except TimeoutError:
+            pass
+
+    def _wait_for(self, wanted: tuple[bytes, ...], timeout_s: float | None, stop: threading.Event | None) -> int | None:
+        """Read reply lines until one of ``wanted``; "ready" lines on the way end ``preloading``."""
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        reply = b""
         while True:
+            while b"\n" in self._reply:
+                line, self._reply = self._reply.split(b"\n", 1)
+                if line == b"ready":
+                    self.owed = max(0, self.owed - 1)
+                if line in wanted:
+                    if line != b"ready":
+                        self.recycle = line == b"recycle" or self.jobs >= MAX_JOBS
+                    return None
             step = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
             ready, _, _ = select.select([fd], [], [], step)
             if ready:
                 chunk = os.read(fd, 4096)
                 if not chunk:  # the worker is gone
+                    self.owed = 0
                     return self.process.wait()
-                reply += chunk
-                if reply.endswith(b"\n"):
-                    self.recycle = b"recycle" in reply or self.jobs >= MAX_JOBS
-                    return None
+                self._reply += chunk
                 continue
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
@@ -173,16 +206,33 @@ class WorkerPool:
             for worker in self._idle:
                 worker.preload(modules)
 
-    def acquire(self) -> PooledWorker:
+    def settle(self, timeout_s: float, skip: PooledWorker | None = None) -> None:
+        """Wait (at most ``timeout_s`` in all) until no idle worker but ``skip`` is still preloading."""
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            while self._idle:
-                worker = self._idle.pop()  # the last one back: it has imported most of what jobs need
-                if worker.alive():
-                    return worker
-                self._drop(worker)
-            worker = PooledWorker(self.python, self.env, self.links)
-            self._all.add(worker)
-            return worker
+            busy = [worker for worker in self._idle if worker.preloading and worker is not skip]
+        for worker in busy:  # idle, and the gate runs nothing else: no other thread reads its replies
+            worker.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    def acquire(self, alone: bool = False) -> PooledWorker:
+        """An idle worker (the last one back: it has imported most of what jobs need), or a new one.
+        ``alone`` (a timing job, which runs with nothing else beside it): a worker still importing
+        for later jobs is taken if there is one (the job waits only for the import under way, and
+        the worker imports nothing while it runs), and the other idle workers are waited for until
+        their imports are done, so that none takes a core from the timing."""
+        with self._lock:
+            for dead in [worker for worker in self._idle if not worker.alive()]:
+                self._drop(dead)
+            if self._idle:
+                preloading = [worker for worker in self._idle if worker.preloading] if alone else []
+                worker = preloading[-1] if preloading else self._idle[-1]
+                self._idle.remove(worker)
+            else:
+                worker = PooledWorker(self.python, self.env, self.links)
+                self._all.add(worker)
+        if alone:
+            self.settle(SETTLE_TIMEOUT_S, skip=worker)
+        return worker
 
     def release(self, worker: PooledWorker) -> None:
         """Back to the pool, unless it died, asked to be recycled or the pool closed."""

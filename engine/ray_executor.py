@@ -59,7 +59,8 @@ class RayExecutor(LocalExecutor):
             options["resources"] = wanted
         return options
 
-    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None) -> int | str:
+    def execute(self, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None, alone: bool = False) -> int | str:
+        # ``alone`` is the gate's business here: the nodes' warm workers import only between their own jobs
         ref = self._remote.options(**self._options(job)).remote(
             job.python or self.python or sys.executable, str(job_file), str(log_path), timeout_s
         )

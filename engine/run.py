@@ -55,14 +55,18 @@ def run_workflow(
 
 
 def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
-    """The libraries the run's jobs import, roughly in the order they first need them."""
+    """What the run's jobs import (distribution names or dotted modules, see
+    ``Pass.warm_modules``), roughly in the order they first need it."""
+    steps = [
+        s.pass_cls.warm_modules(resolved.input.format) for s in resolved.steps.values() if s.environment is None
+    ]  # the others import in theirs
     groups = [
-        [e.cls for e in resolved.datasets.values()],
-        [s.pass_cls for s in resolved.steps.values() if s.environment is None],  # the others import in theirs
-        [t.cls for t in resolved.targets.values()],
-        [e.cls for e in resolved.evaluators.values()],
+        *(getattr(e.cls, "libraries", ()) for e in resolved.datasets.values()),
+        *steps,
+        *(t.cls.warm_modules(resolved.input.format) for t in resolved.targets.values()),
+        *(getattr(e.cls, "libraries", ()) for e in resolved.evaluators.values()),
     ]
-    return list(dict.fromkeys(lib for group in groups for cls in group for lib in getattr(cls, "libraries", ())))
+    return list(dict.fromkeys(name for group in groups for name in group))
 
 
 def has_work(runner: Runner) -> bool:

@@ -117,7 +117,10 @@ class Runner:
             return Fetched("hit", record)
         with self.gate.exclusive() if exclusive else self.gate.shared():
             started()
-            outcome = self.executor.run(order(), timeout_s=timeout_s)
+            alone = exclusive and self.gate.exclusive_timing
+            outcome = (
+                self.executor.run(order(), timeout_s=timeout_s, alone=alone) if alone else self.executor.run(order(), timeout_s=timeout_s)
+            )
         if not outcome.ok:
             return Fetched("failed", {}, outcome.error)
         return Fetched("shared" if outcome.shared else "ran", outcome.record or {})

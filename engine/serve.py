@@ -2,7 +2,8 @@
 
 Whenever no job is waiting it imports the next of the libraries it was asked to preload (a
 ``{"preload": [MODULE, ...]}`` line, or ``KILN_PRELOAD``: the run's libraries, in the order its jobs
-need them; a job never waits for more than the one import under way). It reads one job per line
+need them; a job never waits for more than the one import under way), and answers ``ready`` on
+its stdout once they are all imported (the engine waits for that before a timing job). It reads one job per line
 on stdin — ``{"job": JOB.json, "log": LOG, "deadline": T}`` —
 runs it as a one-shot worker would, with fds 1 and 2 redirected into the job's log so the log holds
 that job's output alone, puts back what a job may have changed (working directory, environment,
@@ -113,8 +114,12 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
     os.dup2(idle, 1)
     os.dup2(idle, 2)
     pending = [module for module in os.environ.pop("KILN_PRELOAD", "").split(",") if module]
+    owed = 1 if pending else 0  # preload requests to answer "ready" to once the list is done
     commands = _Commands()
     while True:
+        if owed and not pending:  # every library asked for is imported: timing may start
+            control.write(b"ready\n" * owed)
+            owed = 0
         line = commands.next(wait=not pending)
         if line is None and pending:  # no job waiting: import the next library the run will need
             preload(pending.pop(0))
@@ -124,6 +129,7 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
         message = json.loads(line)
         if "preload" in message:  # the run has work: the libraries it will need
             pending += [module for module in message["preload"] if module not in pending]
+            owed += 1
             continue
         state, threads = _State(), _torch_threads()  # what the job finds, put back after it
         with _output_to(message["log"], idle):

@@ -31,7 +31,7 @@ Start-up is measured too, as metrics of their own: ``startup_ms`` is the first s
 the candidate in this evaluation (cold: the runtime reads, optimizes or compiles the model for the
 first time in this process; the details say whether this worker had opened the model before), and
 ``startup_warm_ms`` the median of the later creations (one per block of rounds, topped up to
-``WARM_STARTS`` with extra creations). ``load_ms`` is kept as it was (the first creation).
+``warm_starts`` with extra creations). ``load_ms`` is kept as it was (the first creation).
 
 numpy is imported inside functions: the engine imports this module at validate time to read
 ``Config``, and ``engine --help`` must stay fast.
@@ -127,6 +127,15 @@ class Latency(Evaluator):
             ),
         )
         min_rounds: int = Field(default=6, ge=2, le=100_000, description="Rounds to take at least (each round times both models).")
+        warm_starts: int = Field(
+            default=WARM_STARTS,
+            ge=0,
+            le=1000,
+            description=(
+                "Session creations after the first that `startup_warm_ms` is the median of, at least: the later blocks' own "
+                "openings count, extra ones are made after the timing. 0 with a single session: `startup_warm_ms` is not reported."
+            ),
+        )
         max_rounds: int = Field(
             default=80, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
         )
@@ -174,7 +183,7 @@ class Latency(Evaluator):
             if rounds.enough():
                 break
         assert first is not None
-        while len(starts_ms) < WARM_STARTS + 1:
+        while len(starts_ms) < cfg.warm_starts + 1:
             started = time.perf_counter_ns()
             open_session(ctx, model, "candidate").close()
             starts_ms.append((time.perf_counter_ns() - started) / 1e6)
@@ -254,7 +263,7 @@ class Latency(Evaluator):
             "throughput_per_s": cfg.batch_size / (mean / 1e3) if mean > 0 else float("inf"),
             "load_ms": startup.first_ms,
             "startup_ms": startup.first_ms,
-            "startup_warm_ms": startup.warm_ms,
+            **({"startup_warm_ms": startup.warm_ms} if startup.later_ms else {}),
             "rounds": float(len(rounds.kept)),
             "others_cores": rounds.mean_others(),
         }
@@ -286,10 +295,10 @@ class Startup:
     cold: bool  # no session of this model was opened for timing in this process before
 
     @property
-    def warm_ms(self) -> float:
+    def warm_ms(self) -> float | None:
         import numpy as np
 
-        return float(np.median(self.later_ms))
+        return float(np.median(self.later_ms)) if self.later_ms else None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -162,6 +162,10 @@ class OpenVinoTarget(Target):
     accepts = ("openvino", "onnx")
     libraries = ("openvino",)
 
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        return ("targets.openvino_offline", *cls.libraries)  # telemetry declined before openvino is imported
+
     class Config(TargetConfig):
         runtime: Literal["openvino"] = Field(description="Runs models with the OpenVINO runtime.")
         device: Literal["CPU", "GPU", "NPU", "AUTO"] = Field(

@@ -107,6 +107,13 @@ class Pass(ABC):
     environment: ClassVar[EnvironmentSpec | None] = None
 
     @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        """What a warm worker imports ahead of this pass's jobs, in order: distribution names (their
+        top-level module) or dotted module names (slow submodules a library loads only when first
+        used). ``input_format``: the format of the workflow's input model. Default: ``libraries``."""
+        return cls.libraries
+
+    @classmethod
     def target_facet(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
         """What of the target this pass's output depends on, with ``config`` (the job's full
         config), planned for the target with ``target_fingerprint`` (None: planned for none).

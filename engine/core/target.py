@@ -176,6 +176,11 @@ class Target(ABC):
     accepts: ClassVar[tuple[str, ...]]
     libraries: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        """What a warm worker imports ahead of this target's jobs (see ``Pass.warm_modules``)."""
+        return cls.libraries
+
     def __init__(self, config: TargetConfig, cache_dir: Path | None = None) -> None:
         self.config = config
         #: a folder in the store where the target may keep what it compiles (engines, caches),

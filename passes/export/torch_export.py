@@ -75,6 +75,12 @@ class TorchExport(OnnxPass):
                 raise ValueError(f"names an output twice: {list(outputs)}")
             return outputs
 
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        # a Hugging Face model loads through transformers.modeling_utils (2 s of imports on its own);
+        # onnxscript is the dynamo exporter's, imported by the job that asks for it
+        return ("torch", "transformers", "transformers.modeling_utils", "onnx") if input_format == "hf" else ("torch", "onnx")
+
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # torch, transformers and onnx take seconds to import: load them only when the pass runs
         import onnx

@@ -71,6 +71,11 @@ class OrtFusion(OnnxPass):
     accepts = ("onnx",)
     produces = "onnx"
     libraries = ("onnx", "onnxruntime")
+
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        return (*cls.libraries, "onnxruntime.transformers.optimizer")  # loaded lazily by the library, with its own imports (sympy...)
+
     search_space = {"opt_level": Categorical((1, 2)), "enable_gelu_approximation": Categorical((False, True))}
 
     class Config(PassConfig):

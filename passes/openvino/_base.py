@@ -60,6 +60,10 @@ class OpenVinoPass(Pass):
 
     produces = "openvino"
 
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        return ("targets.openvino_offline", *cls.libraries)  # telemetry declined before openvino or nncf is imported
+
     def check_output(self, result: PassResult, ctx: PassContext) -> None:
         super().check_output(result, ctx)
         import openvino as ov  # heavy: only once the pass has run

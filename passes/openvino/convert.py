@@ -82,6 +82,13 @@ class OpenVinoConvert(OpenVinoPass):
 
     config: Config
 
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        # torch and transformers only for the inputs that need them; a Hugging Face model loads
+        # through transformers.modeling_utils (2 s of imports on its own)
+        torch = {"torch": ("torch",), "hf": ("torch", "transformers", "transformers.modeling_utils")}.get(input_format, ())
+        return ("targets.openvino_offline", "openvino", *torch)
+
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # openvino, torch and onnxruntime take seconds to import: only when the pass runs. Telemetry
         # is declined before openvino is imported: its import sets up usage statistics

@@ -96,6 +96,11 @@ class OrtQuantize(OnnxPass):
     accepts = ("onnx",)
     produces = "onnx"
     libraries = ("onnx", "onnxruntime")
+
+    @classmethod
+    def warm_modules(cls, input_format: str) -> tuple[str, ...]:
+        return (*cls.libraries, "onnxruntime.quantization")  # loaded lazily by the library, with its own imports (sympy...)
+
     search_space = {
         "per_channel": Categorical((False, True)),
         "reduce_range": Categorical((False, True)),

@@ -161,3 +161,88 @@ def test_a_job_s_additions_to_sys_path_stay_and_what_it_removed_comes_back(monke
     sys.path.append("/library/folder")
     state.restore(threads=None)
     assert sys.path == ["/a", "/b", "/library/folder"]
+
+
+def slow_module(folder: Path, name: str, seconds: float, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A module whose import sleeps ``seconds`` and writes when it began and ended."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamps = folder / f"{name}.times"
+    (folder / f"{name}.py").write_text(
+        f"import time\nstarted = time.time()\ntime.sleep({seconds})\nopen({str(stamps)!r}, 'w').write(f'{{started}} {{time.time()}}')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    return stamps
+
+
+def test_a_worker_says_when_its_preloading_is_done_and_settling_waits_for_it(executor, model, tmp_path, monkeypatch):
+    stamps = slow_module(tmp_path / "mods", "kiln_slow_a", 1.0, monkeypatch)
+    executor.warm(1)
+    pool = executor.pool()
+    pool.preload(["kiln_slow_a"])
+    (worker,) = pool._all
+    assert worker.preloading
+    pool.settle(30)
+    assert not worker.preloading and stamps.is_file()  # imported before settle returned
+    done = executor.run(order(model, "pid", tag="after"))  # the "ready" line does not confuse the next job's reply
+    assert done.ok and done.record["details"]["pid"] == worker.pid
+
+
+def test_a_timing_job_takes_the_preloading_worker_and_waits_for_the_others_imports(executor, model, tmp_path, monkeypatch):
+    first = slow_module(tmp_path / "mods", "kiln_slow_b", 1.5, monkeypatch)
+    second = slow_module(tmp_path / "mods", "kiln_slow_c", 1.5, monkeypatch)
+    executor.warm(3)
+    pool = executor.pool()
+    quiet, loading, also_loading = list(pool._idle)
+    loading.preload(["kiln_slow_b"])
+    also_loading.preload(["kiln_slow_c"])
+    timed = executor.run(order(model, "sleep", seconds=0.2), alone=True)
+    assert timed.ok, timed.error
+    started = timed.record["details"]["slept"][0]
+    ended = {path.stem: float(path.read_text().split()[1]) for path in (first, second)}
+    # the job ran in the last worker still preloading (its import under way finished first), and
+    # the other preloading worker finished its import before the job began
+    assert max(ended.values()) <= started
+    assert not any(worker.preloading for worker in pool._idle)
+    assert quiet in pool._idle
+
+
+def test_without_workers_given_as_many_jobs_run_as_cores_at_most_four(monkeypatch):
+    from engine import executor as executor_module
+
+    for cores, expected in ((1, 1), (2, 2), (16, 4)):
+        monkeypatch.setattr(executor_module, "usable_cores", lambda cores=cores: cores)
+        assert executor_module.local_workers() == expected
+
+
+def test_workers_started_before_the_workflow_is_read_are_adopted_or_ended(tmp_path):
+    from engine.executor import prestarted
+
+    store = Store(tmp_path / "store").ensure()
+    with prestarted(2):
+        executor = LocalExecutor(store, pool=True)
+        adopted = executor.pool()
+        assert len(adopted._all) == 2
+    try:
+        assert not adopted.closed  # the run's executor owns them now
+    finally:
+        executor.close()
+    with prestarted(2):
+        from engine import executor as executor_module
+
+        left = executor_module._prestarted
+        assert left is not None and len(left._all) == 2
+        pids = [worker.pid for worker in left._all]
+    assert left.closed and all(gone(pid) for pid in pids)
+
+
+def test_dotted_modules_are_preloaded_without_importing_their_package_here():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from engine.pool import preload_modules; "
+        "print(preload_modules(['transformers.modeling_utils', 'no_such_package.sub', 'onnx'])); print('transformers' in sys.modules)"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert printed[0] == "['transformers.modeling_utils', 'onnx']"
+    assert printed[1] == "False"  # looked up by its package's spec only: nothing imported into the engine

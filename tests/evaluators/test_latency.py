@@ -195,3 +195,33 @@ def test_the_reference_opens_on_the_reference_target(make_model, make_ctx) -> No
     assert as_written.opened == result.details["sessions"]  # every reference session, none of the candidate's
     assert result.details["reference_target"] == "as-written" and result.details["target"] == "cpu"
     assert result.details["io_binding"] == result.details["reference_io_binding"] == "off"
+
+
+def test_one_session_with_no_warm_starts_opens_the_model_once_as_a_single_timed_session_would(tmp_path, make_model) -> None:
+    from _fakes import FakeTarget
+
+    from engine.core.evaluator import EvalContext
+    from engine.core.target import TargetConfig
+
+    target = FakeTarget(TargetConfig(id="fake", runtime="fake"))
+    result = latency(warmup=2, runs=10, runs_per_round=2, sessions=1, min_rounds=5, warm_starts=0, compare=False, quiet_wait_s=0).evaluate(
+        make_model().artifact, EvalContext(target=target, workdir=tmp_path)
+    )
+    assert len(target.sessions) == 1 and result.details["sessions"] == 1
+    assert result.details["runs"] == 10 and target.sessions[0].prepared_runs == 2 + 10
+    assert "startup_warm_ms" not in result.values and result.details["startup"]["warm_count"] == 0
+    assert result.values["startup_ms"] > 0
+
+
+def test_warm_starts_are_topped_up_to_the_number_asked_for(tmp_path, make_model) -> None:
+    from _fakes import FakeTarget
+
+    from engine.core.evaluator import EvalContext
+    from engine.core.target import TargetConfig
+
+    target = FakeTarget(TargetConfig(id="fake", runtime="fake"))
+    result = latency(warmup=0, runs=4, runs_per_round=2, sessions=1, min_rounds=2, warm_starts=5, compare=False, quiet_wait_s=0).evaluate(
+        make_model().artifact, EvalContext(target=target, workdir=tmp_path)
+    )
+    assert len(target.sessions) == 1 + 5 and result.details["startup"]["warm_count"] == 5
+    assert result.values["startup_warm_ms"] > 0
