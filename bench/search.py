@@ -81,7 +81,7 @@ def main() -> None:
         local = workflow.parent
         try:
             started = time.perf_counter()
-            grid = run_workflow(load_workflow(with_search(workflow, local, sampler="grid")), store)
+            grid = run_workflow(load_workflow(with_search(workflow, local, sampler="grid")), store, workers=1)
             grid_wall = time.perf_counter() - started
             best = next(r for r in grid.results if r.chosen)
             objective = grid.resolved.spec.select.primary.metric
@@ -113,7 +113,7 @@ def main() -> None:
                 near_needed: list[int] = []
                 for seed in args.seeds:
                     path = with_search(workflow, local, sampler=sampler, max_candidates=budget, seed=seed)
-                    report = run_workflow(load_workflow(path), store)
+                    report = run_workflow(load_workflow(path), store, workers=1)  # one point at a time: what each proposal learned
                     order = [repr(r.candidate.params) for r in report.results]
                     target = next((p for p in order if p in equal), None) or repr(best.candidate.params)
                     hit = next((i for i, p in enumerate(order, 1) if p in near), None)

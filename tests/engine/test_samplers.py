@@ -80,7 +80,7 @@ def test_a_sampler_written_outside_the_engine_drives_the_search(tmp_path, tiny_o
     mine = ReverseGrid(build_plan(resolved).spaces["cpu"].grid())
     assert isinstance(mine, Sampler)
     monkeypatch.setattr(engine.search, "make_sampler", lambda *args, **kwargs: mine)
-    report = run_workflow(resolved, Store(tmp_path / "store"))
+    report = run_workflow(resolved, Store(tmp_path / "store"), workers=1)  # one point at a time: told in the order asked
     asked = [t for t, _ in mine.told if t.number is not None]
     # the baseline first (a point it did not propose), then every point it proposed, last first
     (baseline, told) = mine.told[0]
