@@ -17,7 +17,8 @@ Olive times an OpenVINO model once per line of its data without warm-up (110 lin
 its own example inputs.
 
 Per round and job: Olive cold, Kiln cold (fresh cache / store each), then Olive warm, Kiln warm
-(the same cache / store again). Measured from outside: wall time, CPU time (user + sys of the
+(the same cache / store again), each after ``sync`` (the previous run's writes are flushed first,
+not while the next is timed). Measured from outside: wall time, CPU time (user + sys of the
 whole process tree, from getrusage of reaped children), peak RSS (the tree's summed RSS, polled
 every 0.1 s). Afterwards, the quality of each chosen model: the mean cosine of its mean-pooled
 sentence embeddings against PyTorch FP32's on 64 held-out lines of workflows/data/sentences.txt.
@@ -87,6 +88,7 @@ def _tree_rss(process: psutil.Process) -> int:
 
 def measured(command: list[str], env: dict[str, str], log: Path) -> tuple[float, float, float, int]:
     """Run ``command`` to its end: wall s, CPU s of the tree, peak summed RSS MB, exit code."""
+    os.sync()  # the previous run's writes reach the disk now, not while this one is timed
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with log.open("w", encoding="utf-8") as sink:

@@ -304,7 +304,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from engine.olive_cli import olive_file, run_path
     from engine.progress import live_progress
     from engine.report import Progress, console, print_summary
-    from engine.run import run_workflow
+    from engine.run import preload_if_new, run_workflow
     from engine.workflow import load_workflow
 
     with prestarted(args.workers if args.executor == "local" else 0):  # workers load Python and the engine meanwhile
@@ -312,6 +312,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
         check_output_dir(output)
         store = _open_store(args, resolved)
+        preload_if_new(resolved, store)
         _make_output(output)
         if args.workers is not None and args.workers < 1:
             raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])

@@ -216,6 +216,12 @@ def prestarted(count: int | None) -> Iterator[None]:
             pool.close()
 
 
+def preload_prestarted(libraries: list[str]) -> None:
+    """Have the prestarted workers import ``libraries`` (see ``WorkerPool.preload``) now."""
+    if _prestarted is not None:
+        _prestarted.preload(preload_modules(libraries))
+
+
 def adopt_prestarted(python: str) -> WorkerPool | None:
     """The prestarted pool, handed over once, if it runs ``python``."""
     global _prestarted

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from engine.environments import prepare
-from engine.executor import LocalExecutor
+from engine.executor import LocalExecutor, preload_prestarted
 from engine.front import select_all
 from engine.hooks import Hooks
 from engine.results import RunReport
@@ -70,9 +70,24 @@ def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
 
 
 def has_work(runner: Runner) -> bool:
-    """Whether a dataset or a first pass is missing from the store (a cold or changed run)."""
+    """Whether a dataset or a first pass is missing from the store (a cold or changed run). The
+    plan makes its jobs as candidates are asked for: the references' first jobs are asked here
+    (the search asks for the same ones first)."""
     read_first = [name for name, entry in runner.resolved.datasets.items() if not entry.cls.needs_signature]
     if any(runner.store.lookup(runner.datasets.keys[name]) is None for name in read_first):
         return True
-    roots = [job_id for job_id in runner.plan.jobs if runner.plan.spec(job_id).parent is None]
-    return any(runner.store.lookup(runner.job_key(job_id, runner.input.digest)[0]) is None for job_id in roots)
+    for target in list(runner.plan.spaces):
+        reference = runner.plan.reference(target)
+        if reference is None or not reference.jobs:
+            return True  # the input runs as it is: whether its candidates' passes are stored is not known yet
+        if runner.store.lookup(runner.job_key(reference.jobs[0], runner.input.digest)[0]) is None:
+            return True
+    return False
+
+
+def preload_if_new(resolved: ResolvedWorkflow, store: Store) -> None:
+    """A store with no record yet (a first run): nothing can come from it, so the prestarted
+    workers (engine.executor.prestarted) start importing the run's libraries now, before the
+    engine has hashed the input and planned."""
+    if not store.has_records():
+        preload_prestarted(run_libraries(resolved))

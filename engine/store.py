@@ -86,6 +86,14 @@ class Store:
             folder.mkdir(parents=True, exist_ok=True)
         return self
 
+    def has_records(self) -> bool:
+        """Whether any record is filed (False: a new or emptied store)."""
+        try:
+            with os.scandir(self.keys) as entries:
+                return any(entry.name.endswith(".json") for entry in entries)
+        except FileNotFoundError:
+            return False
+
     # -- keys ---------------------------------------------------------------------------------
     def key_path(self, key: str) -> Path:
         return self.keys / f"{key}.json"

@@ -39,22 +39,38 @@ def output_axes(source: ExportSource, outputs: list[np.ndarray], alternate: list
     return axes
 
 
+#: models whose parameters take less than this are exported into memory (no file written, then read back)
+IN_MEMORY_BYTES = 1 << 30
+
+
 def export(
     source: ExportSource, exporter: str, opset: int, out_axes: dict[str, dict[int, str]] | None, folder: Path
-) -> tuple[Path, list[str]]:
-    """Export into ``folder/model.onnx``; returns the path and the warnings the exporter raised.
+) -> tuple[onnx.ModelProto, list[str]]:
+    """Export the model (into ``folder`` where it goes through a file); returns it, with external
+    data read in, and the warnings the exporter raised.
 
     ``out_axes`` is None for a static export; otherwise the inputs' axes in ``source.input_axes``
-    and these output axes are dynamic.
+    and these output axes are dynamic. A TorchScript export of a model under ``IN_MEMORY_BYTES``
+    is written into memory: its file would only be read back.
     """
     path = folder / "model.onnx"
     args = tuple(source.example[name] for name in source.input_names)
     common: dict[str, Any] = {"input_names": source.input_names, "output_names": source.output_names, "opset_version": opset}
+    in_memory = exporter == "torchscript" and _parameter_bytes(source.module) < IN_MEMORY_BYTES
+    buffer = io.BytesIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("always")
         if exporter == "torchscript":
             dynamic_axes = None if out_axes is None else {**source.input_axes, **{k: v for k, v in out_axes.items() if v}}
-            torch.onnx.export(source.module, args, str(path), dynamo=False, dynamic_axes=dynamic_axes, do_constant_folding=True, **common)
+            torch.onnx.export(
+                source.module,
+                args,
+                buffer if in_memory else str(path),
+                dynamo=False,
+                dynamic_axes=dynamic_axes,
+                do_constant_folding=True,
+                **common,
+            )
         else:
             dynamic_shapes = _dynamic_shapes(source) if out_axes is not None else None
             torch.onnx.export(
@@ -70,7 +86,13 @@ def export(
                 **common,
             )
     source.module.eval()  # the TorchScript exporter restores the wrapper's (training) mode on exit
-    return path, sorted({str(w.message).splitlines()[0] for w in caught if str(w.message)})
+    # external data, if the exporter wrote any, is read in too
+    model = onnx.load_from_string(buffer.getvalue()) if in_memory else onnx.load(str(path))
+    return model, sorted({str(w.message).splitlines()[0] for w in caught if str(w.message)})
+
+
+def _parameter_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def _dynamic_shapes(source: ExportSource) -> tuple[tuple[dict[int, Any] | None, ...]]:

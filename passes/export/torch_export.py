@@ -83,8 +83,6 @@ class TorchExport(OnnxPass):
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # torch, transformers and onnx take seconds to import: load them only when the pass runs
-        import onnx
-
         from passes.export import exporters, parity
 
         config = self.config
@@ -106,8 +104,7 @@ class TorchExport(OnnxPass):
         scratch = Path(ctx.workdir) / "export"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
-        exported, warnings_seen = exporters.export(source, config.exporter, config.opset, out_axes, scratch)
-        proto = onnx.load(str(exported))  # external data, if the exporter wrote any, is read in too
+        proto, warnings_seen = exporters.export(source, config.exporter, config.opset, out_axes, scratch)
         shutil.rmtree(scratch)
         exporters.make_reproducible(proto)
         path = save_onnx(proto, Path(ctx.output_dir))

