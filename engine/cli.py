@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         "-j",
         type=int,
-        help="run up to N jobs at once (timings still run alone; default: one per core, at most 4; with --executor ray the cluster's CPUs)",
+        help="run up to N jobs at once (timings still run alone; default: one per core, at most 4, as memory allows; with --executor ray the cluster's CPUs)",
     )
     run.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
     run.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")

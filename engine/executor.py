@@ -167,6 +167,21 @@ def local_workers() -> int:
     return max(1, min(MAX_DEFAULT_WORKERS, usable_cores()))
 
 
+#: what one job may hold in memory, in multiples of the input model's size (the model, the copy a
+#: pass writes, a runtime's session of it); the default worker count keeps that many within reach
+JOB_MEMORY_FACTOR = 4
+
+
+def memory_workers(model_bytes: int) -> int:
+    """How many jobs on a model of ``model_bytes`` fit in the memory available now (at least one):
+    a 7B decoder is not loaded by every core at once."""
+    import psutil
+
+    if model_bytes <= 0:
+        return MAX_DEFAULT_WORKERS
+    return max(1, int(psutil.virtual_memory().available // (JOB_MEMORY_FACTOR * model_bytes)))
+
+
 def pooling_enabled() -> bool:
     """Warm workers unless ``KILN_POOL=0`` (every job in a fresh process, as before)."""
     return os.environ.get("KILN_POOL", "1") != "0"
@@ -251,6 +266,9 @@ class LocalExecutor:
             if self._pool is None or self._pool.closed:
                 self._pool = adopt_prestarted(self.python) or WorkerPool(self.python, worker_env())
             return self._pool
+
+    #: jobs run on this machine, in its memory (a cluster's executor says False)
+    local = True
 
     def default_workers(self) -> int:
         """How many jobs run at once without ``--workers`` (``local_workers``)."""

@@ -24,6 +24,8 @@ from engine.store import Store
 
 
 class RayExecutor(LocalExecutor):
+    local = False
+
     def __init__(self, store: Store, address: str | None = None, targets: Any = None, python: str | None = None) -> None:
         super().__init__(store, python, pool=False)  # no pool here: each Ray worker keeps its own
         try:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from engine.environments import prepare
-from engine.executor import LocalExecutor, preload_prestarted
+from engine.executor import LocalExecutor, memory_workers, preload_prestarted
 from engine.front import select_all
 from engine.hooks import Hooks
 from engine.results import RunReport
@@ -26,13 +26,16 @@ def run_workflow(
     exclusive_timing: bool = True,
 ) -> RunReport:
     """Run the search the workflow asks for (cache first), then rank the candidates. ``workers``:
-    how many jobs at once (None: the executor's default, one locally, the cluster's CPUs on Ray)."""
+    how many jobs at once (None: the executor's default: locally one per core, at most 4 and as
+    many as the memory available holds for the input model's size; the cluster's CPUs on Ray)."""
     started = time.perf_counter()
     store.ensure().clean_stale_staging()  # what killed runs left half-written
     executor = executor if executor is not None else LocalExecutor(store)
     if workers is None:
         default = getattr(executor, "default_workers", None)
         workers = default() if default is not None else 1
+        if getattr(executor, "local", False):  # as many as this machine's memory holds
+            workers = min(workers, memory_workers(input_bytes(resolved)))
     if hasattr(executor, "warm"):  # pooled workers start while the engine prepares, hashes and plans
         executor.warm(workers)
     try:
@@ -52,6 +55,14 @@ def run_workflow(
     report = runner.report(started)
     select_all(resolved, report.results)
     return report
+
+
+def input_bytes(resolved: ResolvedWorkflow) -> int:
+    """The size of the input model's files (a folder's, all of them)."""
+    path = resolved.input.path
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
 def run_libraries(resolved: ResolvedWorkflow) -> list[str]:

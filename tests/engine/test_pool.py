@@ -246,3 +246,18 @@ def test_dotted_modules_are_preloaded_without_importing_their_package_here():
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert printed[0] == "['transformers.modeling_utils', 'onnx']"
     assert printed[1] == "False"  # looked up by its package's spec only: nothing imported into the engine
+
+
+def test_by_default_no_more_jobs_run_than_the_memory_holds_for_the_input_model(monkeypatch):
+    import psutil
+
+    from engine import executor as executor_module
+
+    class Memory:
+        available = 24 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory())
+    assert executor_module.memory_workers(90 * 2**20) >= 4  # a MiniLM: the cores decide
+    assert executor_module.memory_workers(14 * 2**30) == 1  # a 7B decoder in FP16: one at a time
+    assert executor_module.memory_workers(2 * 2**30) == 3
+    assert executor_module.memory_workers(0) == executor_module.MAX_DEFAULT_WORKERS
