@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: how long a worker that has just finished a job waits for the next one before it goes back to
+#: its preloads (the engine sends the next job within a fraction of a second)
+AFTER_JOB_S = 0.5
 
 
 def preload(module: str) -> None:
@@ -94,9 +97,10 @@ class _Commands:
         self.buffer = b""
         self.closed = False
 
-    def next(self, wait: bool) -> bytes | None:
+    def next(self, wait: float | None) -> bytes | None:
+        """The next line; None if none came within ``wait`` seconds (None: wait for one)."""
         while b"\n" not in self.buffer and not self.closed:
-            ready, _, _ = select.select([0], [], [], None if wait else 0)
+            ready, _, _ = select.select([0], [], [], wait)
             if not ready:
                 return None
             chunk = os.read(0, 65536)
@@ -116,11 +120,15 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
     pending = [module for module in os.environ.pop("KILN_PRELOAD", "").split(",") if module]
     owed = 1 if pending else 0  # preload requests to answer "ready" to once the list is done
     commands = _Commands()
+    just_ran = False
     while True:
         if owed and not pending:  # every library asked for is imported: timing may start
             control.write(b"ready\n" * owed)
             owed = 0
-        line = commands.next(wait=not pending)
+        # right after a job the engine is about to send the next one: a moment's wait keeps an
+        # import (up to seconds) from starting just before it, which the job would wait for
+        line = commands.next(wait=None if not pending else (AFTER_JOB_S if just_ran else 0))
+        just_ran = False
         if line is None and pending:  # no job waiting: import the next library the run will need
             preload(pending.pop(0))
             continue
@@ -139,6 +147,7 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
             finally:
                 deadline[0] = None
         state.restore(threads)
+        just_ran = True
         recycle = "traceback" in outcome
         control.write(b"recycle\n" if recycle else b"done\n")
         if recycle:

@@ -261,3 +261,16 @@ def test_by_default_no_more_jobs_run_than_the_memory_holds_for_the_input_model(m
     assert executor_module.memory_workers(14 * 2**30) == 1  # a 7B decoder in FP16: one at a time
     assert executor_module.memory_workers(2 * 2**30) == 3
     assert executor_module.memory_workers(0) == executor_module.MAX_DEFAULT_WORKERS
+
+
+def test_a_job_sent_right_after_another_is_not_kept_waiting_by_a_preload(executor, model, tmp_path, monkeypatch):
+    stamps = slow_module(tmp_path / "mods", "kiln_slow_d", 2.0, monkeypatch)
+    executor.warm(1)
+    (worker,) = executor.pool()._all
+    worker.preload(["kiln_slow_d"])  # arrives while the first job runs: imported once jobs stop coming
+    first = executor.run(order(model, "sleep", seconds=0.5))
+    second = executor.run(order(model, "sleep", seconds=0.1))
+    assert first.ok and second.ok, (first.error, second.error)
+    began = float(stamps.read_text().split()[0]) if stamps.is_file() else None
+    assert len(executor.pool()._all) == 1  # both ran in it
+    assert began is None or began >= second.record["details"]["slept"][0]  # the second job went first
