@@ -298,21 +298,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.emit import check_output_dir, write_outputs
     from engine.executor import prestarted
-    from engine.hooks import EventLog, Fanout
-    from engine.olive_cli import olive_file, run_path
-    from engine.progress import live_progress
-    from engine.report import Progress, console, print_summary
-    from engine.run import preload_if_new, run_workflow
-    from engine.workflow import load_workflow
 
     with prestarted(args.workers if args.executor == "local" else 0):  # workers load Python and the engine meanwhile
+        from engine.emit import check_output_dir, write_outputs
+        from engine.olive_cli import olive_file, run_path
+        from engine.run import preload_if_new, run_workflow
+        from engine.workflow import load_workflow
+
         resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
         output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
         check_output_dir(output)
         store = _open_store(args, resolved)
         preload_if_new(resolved, store)
+        from engine.hooks import EventLog, Fanout
+        from engine.progress import live_progress
+        from engine.report import Progress, console, print_summary
+
         _make_output(output)
         if args.workers is not None and args.workers < 1:
             raise InputError([Problem(where="--workers", message="needs at least one worker", given=str(args.workers), hint="--workers 1")])
@@ -366,16 +368,12 @@ def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
         history.finish(run_id, status, code, time.perf_counter() - started, output if status in ("ok", "no-choice") else None)
 
 
-def _is_workflow_file(name: str) -> bool:
-    return name.endswith((".yaml", ".yml", ".json")) or Path(name).is_file()
-
-
 def _cmd_list(kind: str, name: str | None) -> int:
     from engine import registry
     from engine.report import print_host_reports, print_plugin, print_plugins, print_target_availability
 
     registry_kind = "datasources" if kind == "data" else kind
-    if kind == "targets" and name is not None and _is_workflow_file(name):
+    if kind == "targets" and name is not None and (name.endswith((".yaml", ".yml", ".json")) or Path(name).is_file()):  # a workflow
         from engine.workflow import load_workflow
 
         print_target_availability(load_workflow(Path(name)))
