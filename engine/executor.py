@@ -147,8 +147,6 @@ def run_pooled(
 
 #: the most jobs run at once locally without ``--workers`` (each holds a model or two in memory)
 MAX_DEFAULT_WORKERS = 4
-#: how long a timing job waits for idle workers to finish importing before it starts anyway
-SETTLE_TIMEOUT_S = 30.0
 
 
 def usable_cores() -> int:

@@ -199,8 +199,8 @@ class WorkerPool:
     def preload(self, modules: list[str]) -> None:
         """Have the idle workers, and every worker started from now on, import ``modules`` while
         no job waits for them."""
-        if not modules:
-            return
+        if not modules or self.env.get("KILN_PRELOAD") == ",".join(modules):
+            return  # nothing, or what the workers were already asked for (a new store asks early)
         with self._lock:
             self.env = {**self.env, "KILN_PRELOAD": ",".join(modules)}
             for worker in self._idle:

@@ -13,6 +13,7 @@ from engine.hooks import Hooks
 from engine.results import RunReport
 from engine.runner import Runner
 from engine.search import search
+from engine.select import path_bytes
 from engine.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
@@ -35,7 +36,7 @@ def run_workflow(
         default = getattr(executor, "default_workers", None)
         workers = default() if default is not None else 1
         if getattr(executor, "local", False):  # as many as this machine's memory holds
-            workers = min(workers, memory_workers(input_bytes(resolved)))
+            workers = min(workers, memory_workers(path_bytes(resolved.input.path)))
     if hasattr(executor, "warm"):  # pooled workers start while the engine prepares, hashes and plans
         executor.warm(workers)
     try:
@@ -55,14 +56,6 @@ def run_workflow(
     report = runner.report(started)
     select_all(resolved, report.results)
     return report
-
-
-def input_bytes(resolved: ResolvedWorkflow) -> int:
-    """The size of the input model's files (a folder's, all of them)."""
-    path = resolved.input.path
-    if path.is_file():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
 def run_libraries(resolved: ResolvedWorkflow) -> list[str]:

@@ -117,10 +117,7 @@ class Runner:
             return Fetched("hit", record)
         with self.gate.exclusive() if exclusive else self.gate.shared():
             started()
-            alone = exclusive and self.gate.exclusive_timing
-            outcome = (
-                self.executor.run(order(), timeout_s=timeout_s, alone=alone) if alone else self.executor.run(order(), timeout_s=timeout_s)
-            )
+            outcome = self.executor.run(order(), timeout_s=timeout_s, alone=exclusive and self.gate.exclusive_timing)
         if not outcome.ok:
             return Fetched("failed", {}, outcome.error)
         return Fetched("shared" if outcome.shared else "ran", outcome.record or {})

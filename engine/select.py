@@ -196,9 +196,11 @@ def ranking_metric(resolved: ResolvedWorkflow, results: list[CandidateResult]) -
 
 def model_bytes(result: CandidateResult) -> int:
     """The size of the candidate's model files."""
-    if result.model is None:
-        return 0
-    path = Path(result.model.path)
+    return 0 if result.model is None else path_bytes(Path(result.model.path))
+
+
+def path_bytes(path: Path) -> int:
+    """The size of a file, or of every file in a folder."""
     if path.is_file():
         return path.stat().st_size
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
