@@ -215,17 +215,23 @@ class WorkerPool:
             worker.wait_ready(max(0.0, deadline - time.monotonic()))
 
     def acquire(self, alone: bool = False) -> PooledWorker:
-        """An idle worker (the last one back: it has imported most of what jobs need), or a new one.
-        ``alone`` (a timing job, which runs with nothing else beside it): a worker still importing
-        for later jobs is taken if there is one (the job waits only for the import under way, and
-        the worker imports nothing while it runs), and the other idle workers are waited for until
-        their imports are done, so that none takes a core from the timing."""
+        """An idle worker, or a new one. A job takes one that has imported all the run's libraries
+        if there is one (else the last one back: it has imported most of what jobs need): the one
+        that ran the previous job may not have imported this job's libraries yet. ``alone`` (a
+        timing job, which runs with nothing else beside it): a worker still importing for later
+        jobs is taken if there is one (the job waits only for the import under way, and the worker
+        imports nothing while it runs), and the other idle workers are waited for until their
+        imports are done, so that none takes a core from the timing."""
         with self._lock:
             for dead in [worker for worker in self._idle if not worker.alive()]:
                 self._drop(dead)
             if self._idle:
-                preloading = [worker for worker in self._idle if worker.preloading] if alone else []
-                worker = preloading[-1] if preloading else self._idle[-1]
+                for idle in self._idle:  # replies that came meanwhile (no other thread reads an idle worker's)
+                    idle.wait_ready(0.0)
+                preloading = [worker for worker in self._idle if worker.preloading]
+                done = [worker for worker in self._idle if not worker.preloading]
+                chosen = preloading if alone else done
+                worker = chosen[-1] if chosen else self._idle[-1]
                 self._idle.remove(worker)
             else:
                 worker = PooledWorker(self.python, self.env, self.links)

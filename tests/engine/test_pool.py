@@ -206,6 +206,24 @@ def test_a_timing_job_takes_the_preloading_worker_and_waits_for_the_others_impor
     assert quiet in pool._idle
 
 
+def test_a_job_takes_a_worker_that_has_imported_the_run_s_libraries_over_the_last_one_back(executor, model, tmp_path, monkeypatch):
+    quick = slow_module(tmp_path / "mods", "kiln_slow_d", 0.1, monkeypatch)
+    slow_module(tmp_path / "mods", "kiln_slow_e", 30.0, monkeypatch)
+    executor.warm(2)
+    pool = executor.pool()
+    done, loading = list(pool._idle)  # `loading` is the last one back: taken first until now
+    done.preload(["kiln_slow_d"])
+    loading.preload(["kiln_slow_e"])
+    deadline = time.monotonic() + 30
+    while not quick.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # its "ready" line is written; nobody has read it yet: the job's acquire does
+    assert done.preloading and loading.preloading
+    ran = executor.run(order(model, "pid", tag="next"))
+    assert ran.ok, ran.error
+    assert ran.record["details"]["pid"] == done.pid  # not the worker still importing a 30 s module
+
+
 def test_without_workers_given_as_many_jobs_run_as_cores_at_most_four(monkeypatch):
     from engine import executor as executor_module
 
