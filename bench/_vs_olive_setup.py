@@ -147,10 +147,13 @@ def olive_config(job: str, model: Path, cache_dir: Path, output_dir: Path, sente
     }
 
 
-def kiln_workflow(job: str, sentences: Path = SENTENCES) -> dict[str, Any]:
+def kiln_workflow(job: str, sentences: Path = SENTENCES, reference: bool = False) -> dict[str, Any]:
     """Kiln's workflow for ``job``: the same chain, no baselines, each model timed alone as Olive
     times one: one session, ``WARMUP`` untimed runs, then ``RUNS`` timed runs (Kiln's default spreads
-    the runs over three sessions and opens three more for the warm start-up time)."""
+    the runs over three sessions and opens three more for the warm start-up time). The unoptimized
+    model is not measured (``search.reference: false``, what ``engine import-olive`` makes of Olive's
+    ``evaluate_input_model: false``) unless ``reference``: Kiln's default, the FP32 model timed too
+    and a candidate (on a host without VNNI, INT8 can lose to it)."""
     latency = {
         "batch_size": 1,
         "sequence_length": SEQUENCE_LENGTH,
@@ -191,15 +194,17 @@ def kiln_workflow(job: str, sentences: Path = SENTENCES) -> dict[str, Any]:
         "steps": steps,
         "evaluate": [{"id": "latency", "evaluator": "latency", "config": latency}],
         "select": {"objective": {"metric": "latency.p50_ms", "goal": "min"}},
-        "search": {"sampler": "grid", "baselines": False},
+        "search": {"sampler": "grid", "baselines": False, **({} if reference else {"reference": False})},
     }
     return workflow
 
 
-def write_configs(job: str, folder: Path, cache_dir: Path, output_dir: Path) -> tuple[Path, Path]:
-    """Olive's config and Kiln's workflow for ``job`` into ``folder`` (both JSON)."""
+def write_configs(job: str, folder: Path, cache_dir: Path, output_dir: Path) -> tuple[Path, Path, Path]:
+    """Olive's config, Kiln's workflow and Kiln's with the reference measured, for ``job`` into
+    ``folder`` (all JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
-    olive_path, kiln_path = folder / f"olive_{job}.json", folder / f"kiln_{job}.json"
+    olive_path, kiln_path, reference_path = (folder / f"{name}_{job}.json" for name in ("olive", "kiln", "kiln_reference"))
     olive_path.write_text(json.dumps(olive_config(job, model_dir(), cache_dir, output_dir), indent=2) + "\n", encoding="utf-8")
     kiln_path.write_text(json.dumps(kiln_workflow(job), indent=2) + "\n", encoding="utf-8")
-    return olive_path, kiln_path
+    reference_path.write_text(json.dumps(kiln_workflow(job, reference=True), indent=2) + "\n", encoding="utf-8")
+    return olive_path, kiln_path, reference_path

@@ -11,12 +11,16 @@ config and a Kiln workflow (each run writes its own; bench/vs_olive/ holds copie
 - ov:  HF → OpenVINO IR (FP32 weights) → NNCF INT8 (transformer scheme, 32 calibration lines) → latency
 
 Both time batch 1 x 128 tokens, 10 warm-up and 100 timed runs, the chain's last model only (Olive:
-no search, input model not evaluated; Kiln: no baselines, latency not compared against FP32).
+no search, input model not evaluated; Kiln: no baselines, the unoptimized model not measured
+(``search.reference: false``, Kiln's translation of Olive's ``evaluate_input_model: false``), latency
+not compared against FP32). A third run per round, ``kiln+ref`` (cold only), is Kiln's default: the
+FP32 model timed too and a candidate, what answers "does INT8 beat FP32 on this host" (it may not
+without VNNI).
 Where they differ: Olive times real tokenized lines, Kiln synthetic token ids of the same shape;
 Olive times an OpenVINO model once per line of its data without warm-up (110 lines: 110 runs); Olive's OpenVINO conversion traces the PyTorch model with one tokenized line, Kiln's with
 its own example inputs.
 
-Per round and job: Olive cold, Kiln cold (fresh cache / store each), then Olive warm, Kiln warm
+Per round and job: Olive cold, Kiln cold, kiln+ref cold (fresh cache / store each), then Olive warm, Kiln warm
 (the same cache / store again), each after ``sync`` (the previous run's writes are flushed first,
 not while the next is timed). Measured from outside: wall time, CPU time (user + sys of the
 whole process tree, from getrusage of reaped children), peak RSS (the tree's summed RSS, polled
@@ -51,6 +55,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT_START, HELDOUT_COUNT = 32, 64
 SUMMARY = re.compile(r"passes: (\d+) run \([\d.]+ s\), (\d+) cached · evaluations: (\d+) run \([\d.]+ s\), (\d+) cached")
+#: Olive; Kiln on the same work (the unoptimized model not measured); Kiln's default (it is measured too)
+TOOLS = ("olive", "kiln", "kiln+ref")
 console = Console(width=170)  # the table fits a README code block unwrapped
 
 
@@ -152,7 +158,7 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
     """One run of ``tool`` on ``job`` in ``folder`` (its configs, cache / store and output live there)."""
     run = Run(tool, job, phase, index)
     cache, out = folder / "cache", folder / "out"
-    olive_cfg, kiln_wf = write_configs(job, folder, cache, out)
+    olive_cfg, kiln_wf, reference_wf = write_configs(job, folder, cache, out)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     if tool == "olive":
         env.pop("PYTHONPATH", None)
@@ -160,7 +166,8 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
         command = [str(olive_python), "-m", "olive", "run", "--config", str(olive_cfg)]
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        command = [sys.executable, "-m", "engine.cli", "run", str(kiln_wf), "--store", str(cache), "-o", str(out), "-q"]
+        workflow = reference_wf if tool == "kiln+ref" else kiln_wf
+        command = [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(cache), "-o", str(out), "-q"]
     log = folder / f"{tool}-{phase}.log"
     run.wall_s, run.cpu_s, run.peak_rss_mb, rc = measured(command, env, log)
     (olive_result if tool == "olive" else kiln_result)(run, rc, log, out)
@@ -168,7 +175,7 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
     if "passes_run" in run.extra:
         state += f" ({run.extra['passes_run']} passes run, {run.extra['passes_cached']} from the store)"
     console.print(
-        f"  round {index} {job:>3} {tool:<5} {phase}: {run.wall_s:6.1f} s wall, {run.cpu_s:6.1f} s CPU, {run.peak_rss_mb:6.0f} MB · {state}"
+        f"  round {index} {job:>3} {tool:<8} {phase}: {run.wall_s:6.1f} s wall, {run.cpu_s:6.1f} s CPU, {run.peak_rss_mb:6.0f} MB · {state}"
     )
     return run
 
@@ -239,6 +246,18 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _ratios(olive: dict[str, Any], kiln: dict[str, Any], group: list[Run], tool: str) -> dict[str, Any]:
+    """``tool`` over Olive: of the medians, and the median of the rounds' paired wall ratios."""
+    ratios: dict[str, Any] = {}
+    for key in ("wall_median_s", "cpu_median_s", "peak_rss_median_mb"):
+        ratios[key.split("_median")[0]] = kiln[key] / olive[key] if olive[key] and kiln[key] else None
+    pairs = [
+        k.wall_s / o.wall_s for o in group for k in group if o.tool == "olive" and k.tool == tool and o.round == k.round and o.ok and k.ok
+    ]
+    ratios["wall_paired_median"] = _median(pairs)
+    return ratios
+
+
 def summarize(runs: list[Run]) -> dict[str, Any]:
     """Per job and phase: each tool's medians, and Kiln/Olive ratios (of medians and paired per round)."""
     summary: dict[str, Any] = {}
@@ -246,7 +265,9 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
         for phase in ("cold", "warm"):
             group = [r for r in runs if r.job == job and r.phase == phase]
             entry: dict[str, Any] = {}
-            for tool in ("olive", "kiln"):
+            for tool in TOOLS:
+                if not any(r.tool == tool for r in group):
+                    continue
                 ok = [r for r in group if r.tool == tool and r.ok]
                 entry[tool] = {
                     "runs_ok": len(ok),
@@ -259,18 +280,8 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
                     "cosine": _median([r.cosine for r in ok if r.cosine is not None]),
                     "chosen": next((r.chosen for r in ok), None),
                 }
-            olive, kiln = entry["olive"], entry["kiln"]
-            ratios = {}
-            for key in ("wall_median_s", "cpu_median_s", "peak_rss_median_mb"):
-                ratios[key.split("_median")[0]] = kiln[key] / olive[key] if olive[key] and kiln[key] else None
-            pairs = [
-                k.wall_s / o.wall_s
-                for o in group
-                for k in group
-                if o.tool == "olive" and k.tool == "kiln" and o.round == k.round and o.ok and k.ok
-            ]
-            ratios["wall_paired_median"] = _median(pairs)
-            entry["kiln_over_olive"] = ratios
+            for tool in [t for t in TOOLS if t != "olive" and t in entry and "olive" in entry]:
+                entry[f"{tool}_over_olive"] = _ratios(entry["olive"], entry[tool], group, tool)
             summary[f"{job}/{phase}"] = entry
     return summary
 
@@ -281,24 +292,33 @@ def print_table(summary: dict[str, Any]) -> None:
         table.add_column(column, overflow="fold")
     for name, entry in summary.items():
         job, phase = name.split("/")
-        for tool in ("olive", "kiln"):
+        for tool in [t for t in TOOLS if t in entry]:
             t = entry[tool]
             each = ", ".join(f"{w:.1f}" for w in t["wall_s"])
             table.add_row(
                 job, phase, tool, f"{t['runs_ok']}/{t['runs']}", f"{_fmt(t['wall_median_s'])} ({each})", _fmt(t["cpu_median_s"]),
                 _fmt(t["peak_rss_median_mb"], ".0f"), _fmt(t["latency_p50_ms"], ".2f"), _fmt(t["cosine"], ".4f"), t["chosen"] or "—",
             )  # fmt: skip
-        r = entry["kiln_over_olive"]
-        paired = f"{_fmt(r['wall'], '.2f')} (paired {_fmt(r['wall_paired_median'], '.2f')})"
-        table.add_row(job, phase, "ratio", "", paired, _fmt(r["cpu"], ".2f"), _fmt(r["peak_rss"], ".2f"), "", "", "", end_section=True)
+        ratios = [t for t in TOOLS if f"{t}_over_olive" in entry]
+        for index, tool in enumerate(ratios):
+            r = entry[f"{tool}_over_olive"]
+            paired = f"{_fmt(r['wall'], '.2f')} (paired {_fmt(r['wall_paired_median'], '.2f')})"
+            table.add_row(
+                job, phase, f"{tool}/olive", "", paired, _fmt(r["cpu"], ".2f"), _fmt(r["peak_rss"], ".2f"), "", "", "",
+                end_section=index == len(ratios) - 1,
+            )  # fmt: skip
     console.print(table)
     for job in sorted({name.split("/")[0] for name in summary}):
         cold, warm = summary[f"{job}/cold"], summary[f"{job}/warm"]
-        ratio, kiln_warm = cold["kiln_over_olive"]["wall"], warm["kiln"]["wall_median_s"]
+        ratio = cold.get("kiln_over_olive", {}).get("wall")
+        kiln_warm = warm.get("kiln", {}).get("wall_median_s")
         goals = f"cold wall {_fmt(ratio, '.2f')}x Olive's (goal <= 0.5: {'met' if ratio is not None and ratio <= 0.5 else 'not met'})"
         goals += (
             f", warm re-run {_fmt(kiln_warm, '.1f')} s (goal <= 2 s: {'met' if kiln_warm is not None and kiln_warm <= 2 else 'not met'})"
         )
+        with_reference = cold.get("kiln+ref_over_olive", {}).get("wall")
+        if with_reference is not None:
+            goals += f"; with the FP32 reference measured too (kiln+ref) {_fmt(with_reference, '.2f')}x"
         console.print(f"{job}: {JOB_TITLES[job]} · Kiln {goals}")
 
 
@@ -309,6 +329,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write every run and the summary here")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folders (configs, caches, outputs, logs)")
     parser.add_argument("--olive-venv", type=Path, help="Olive's environment (default: ~/.cache/kiln-bench/olive-venv-<hash>)")
+    parser.add_argument(
+        "--no-reference-runs", dest="reference_runs", action="store_false", help="skip the kiln+ref runs (Kiln's default workflow)"
+    )
     parser.add_argument("--write-configs", type=Path, metavar="DIR", help="only write both tools' configs for every job into DIR")
     args = parser.parse_args(argv)
     args.jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
@@ -333,9 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for index in range(1, args.rounds + 1):
             for job in args.jobs:
-                folders = {tool: base / f"r{index}-{job}-{tool}" for tool in ("olive", "kiln")}
+                folders = {tool: base / f"r{index}-{job}-{tool}" for tool in TOOLS}
                 for phase in ("cold", "warm"):
-                    for tool in ("olive", "kiln"):
+                    for tool in TOOLS if phase == "cold" and args.reference_runs else ("olive", "kiln"):
                         runs.append(run_tool(tool, job, phase, index, folders[tool], olive_python))
         quality = Quality()
         for run in runs:

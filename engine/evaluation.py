@@ -30,11 +30,13 @@ def evaluate(
     reference: CandidateResult | None,  # the target's reference candidate
     datasets: Datasets,
     measure: Measure,
+    reference_model: ModelArtifact | None = None,  # the reference's model, made but not measured (search.reference: false)
 ) -> None:
     """Measure ``result``'s model with ``specs`` in order. Timing is skipped once a cheap figure
     already breaks a constraint (unless the search times infeasible candidates too); the first
     evaluation that cannot run or fails ends the candidate as failed."""
-    reference_model = None
+    if result.candidate.reference:
+        reference_model = None
     if reference is not None and reference.state == "complete" and not result.candidate.reference:
         reference_model = reference.model
     for spec in specs:

@@ -162,12 +162,28 @@ ENGINE_KEYS = (
 _SILENT_ENGINE = ("host", "target", "evaluator", "log_severity_level", "ort_log_severity_level", "ort_py_log_severity_level", "log_to_file")
 
 
+def _unmeasured_reference(workflow: dict[str, Any], ctx: Context) -> None:
+    """``evaluate_input_model: false``: the reference is not measured, unless a goal is a drop from it."""
+    drops = [c["metric"] for c in (workflow.get("select") or {}).get("constraints", []) if "max_drop" in c or "max_drop_ratio" in c]
+    if drops:
+        ctx.notes.append(
+            f"engine.evaluate_input_model: false not followed: the goals on {', '.join(drops)} are drops from the input model, "
+            "so Kiln measures it (the reference) first"
+        )
+        return
+    workflow.setdefault("search", {})["reference"] = False
+    ctx.notes.append(
+        "engine.evaluate_input_model: false -> search.reference: false: the unoptimized model is made where an evaluation "
+        "compares with it, but not measured nor chosen"
+    )
+
+
 def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> None:
     output = workflow.setdefault("output", {"keep": "best"})
     for key, value in engine.items():
         where = ctx.at = f"engine.{key}"
         if key == "evaluate_input_model" and value is False:
-            ctx.notes.append("Kiln always measures the input model (the reference) first: it is what candidates are compared with")
+            _unmeasured_reference(workflow, ctx)
         if key in _SILENT_ENGINE or value in (None, False, {}):
             continue
         if key == "output_dir":

@@ -47,6 +47,7 @@ class CandidateStatus:
     reference: bool
     evaluations: dict[str, str]  # evaluation id -> hit | miss
     baseline: bool = False  # a path at its configured defaults, run before the searched points
+    measured: bool = True  # False: a reference made for the evaluations that compare with it (search.reference: false)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def _candidate_statuses(
         if candidate.reference:
             reference_digest = model_digest
         marks = {}
-        for spec in specs:
+        for spec in specs if plan.measured(candidate) else []:  # a reference made, not measured: its jobs only
             if model_digest is None or (spec.needs_reference and not candidate.reference and reference_digest is None):
                 marks[spec.id] = MISS
                 continue
@@ -147,5 +148,7 @@ def _candidate_statuses(
                 spec, model_digest, against, candidate.target, candidate.settings, datasets.keys, lambda p: store.cached_digest(p, "file")
             )
             marks[spec.id] = HIT if store.lookup(key) else MISS
-        out.append(CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks, candidate.baseline))
+        out.append(
+            CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks, candidate.baseline, plan.measured(candidate))
+        )
     return tuple(out)

@@ -287,6 +287,11 @@ class Plan:
             candidate.point = point
         return candidate
 
+    def measured(self, candidate: Candidate) -> bool:
+        """Whether the search measures ``candidate``: all but a reference left unmeasured
+        (``search.reference: false``) that is no baseline or point of the space too."""
+        return self.resolved.spec.search.reference or not candidate.reference or candidate.baseline or candidate.point is not None
+
     def baselines(self, target: str) -> list[Candidate]:
         """The reference, then each path with every step at its configured (library) defaults."""
         found = [self.reference(target)] + [self.candidate(target, point, baseline=True) for point in self.spaces[target].defaults()]
@@ -314,7 +319,7 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
     for target, space in plan.spaces.items():
         room = _Room(plan, target, limit)
         plan.reference(target)
-        for settings in screening_settings(resolved, space):  # tried on the reference model first (engine.search)
+        for settings in screening_settings(resolved, space) if resolved.spec.search.reference else []:  # on the reference model first
             if room.full():
                 break
             plan.reference(target, settings)
@@ -343,7 +348,7 @@ class _Room:
     limit: int | None
 
     def full(self) -> bool:
-        return self.limit is not None and len(self.plan.candidates_of(self.target)) >= self.limit
+        return self.limit is not None and sum(map(self.plan.measured, self.plan.candidates_of(self.target))) >= self.limit
 
 
 def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[dict[str, Any]]:

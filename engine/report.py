@@ -267,6 +267,7 @@ def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:
                 for eval_id, state in candidate.evaluations.items()
             )
             ref = " [dim](reference)[/dim]" if candidate.reference else " [dim](baseline)[/dim]" if candidate.baseline else ""
+            ref = ref if candidate.measured else " [dim](reference: made, not measured: search.reference is false)[/dim]"
             console.print(f"  {candidate.id.split('/')[-1]:>3} {candidate.label}{ref}  " + marks)
     for note in status.dropped:
         console.print(f"[dim]note: {note}[/dim]")

@@ -68,6 +68,8 @@ class Runner:
         self._job_futures: dict[str, Future[JobState]] = {}
         self.results: dict[str, CandidateResult] = {}  # by candidate id, in processing order
         self.references: dict[str, CandidateResult] = {}  # by target
+        #: the reference models made but not measured (search.reference: false), by target
+        self.reference_models: dict[str, ModelArtifact] = {}
         self.jobs: dict[str, JobState] = {}
         self._datasets_thread: threading.Thread | None = None
         self._datasets_error: BaseException | None = None
@@ -217,10 +219,31 @@ class Runner:
             self.references[candidate.target] = result
         reference = self.references.get(candidate.target)
         evaluate(
-            self.resolved, self.evaluations, result, reference, self.datasets, lambda spec, against: self._measure(spec, result, against)
+            self.resolved,
+            self.evaluations,
+            result,
+            reference,
+            self.datasets,
+            lambda spec, against: self._measure(spec, result, against),
+            self.reference_models.get(candidate.target),
         )
         self.hooks.candidate_done(result, measured=True)
         return result
+
+    def make_reference(self, candidate: Candidate) -> None:
+        """The reference's model made (its jobs run, or come from the store) but not measured
+        (``search.reference: false``), for the evaluations that compare candidates with it
+        (latency's paired timing, fidelity); nothing is made when none does. A job that fails
+        leaves it unmade: those evaluations then fail, saying the reference model failed."""
+        if not any(spec.needs_reference for spec in self.evaluations):
+            return
+        model = self.input
+        for job_id in candidate.jobs:
+            state = self.ensure_job(job_id, candidate.id)
+            if state.status in ("failed", "skipped"):
+                return
+            model = state.artifact or model
+        self.reference_models[candidate.target] = model
 
     def _why_not_built(self, candidate: Candidate, job_id: str) -> tuple[CandidateState, str]:
         """A candidate whose job failed: ``failed`` where it ran the failing job, else ``pruned``."""

@@ -1,6 +1,7 @@
 """The search: which candidates to process, in what order, within what budget.
 
-Per target: the reference first (alone: the other candidates are compared with it), then the
+Per target: the reference first (alone: the other candidates are compared with it; with
+``search.reference: false`` it is only made, for the evaluations that compare with it), then the
 baselines (each path with the passes' defaults), then the sampler's points until the budget is
 spent — ``search.max_candidates``, ``search.max_time_s``, or a ``stop_when`` goal met.
 
@@ -142,9 +143,11 @@ class TargetSearch:
     def run(self) -> None:
         plan = self.runner.plan
         reference = plan.reference(self.target)
-        self.runner.hooks.target_started(self.target, self.expected(reference is not None))
-        if reference is not None:
+        self.runner.hooks.target_started(self.target, self.expected(reference is not None and self.spec.reference))
+        if reference is not None and self.spec.reference:
             self.process_all([reference])
+        elif reference is not None:  # search.reference: false
+            self.runner.make_reference(reference)
         sampler = self.sampler()
         try:
             self._search(sampler)
@@ -155,7 +158,7 @@ class TargetSearch:
         plan = self.runner.plan
         self._screen_settings()
         if self.spec.baselines:
-            baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen]
+            baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen and plan.measured(c)]
             baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
             for baseline, result in zip(baselines, self.process_all(baselines), strict=True):
                 if baseline.point is not None:
@@ -209,6 +212,8 @@ class TargetSearch:
         The screening candidates are candidates like any other (the reference model with better
         settings may be the answer)."""
         resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
+        if not self.spec.reference:
+            return  # the reference model is not measured, with these settings or others
         paired = paired_metric(resolved, resolved.spec.select.primary.metric)
         screening = [
             c for s in screening_settings(resolved, space) if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen

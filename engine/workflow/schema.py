@@ -275,8 +275,17 @@ class SearchSpec(_Strict):
         default_factory=list, description="Stop a target's search once a feasible candidate also meets all of these (a goal)."
     )
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seed for samplers and synthetic data.")
+    reference: bool = Field(
+        default=True,
+        description="Measure each target's reference (the unoptimized model: the first model on its first path the target runs) "
+        "first, as a candidate and what the others are compared with. false (Olive's evaluate_input_model: false): it is made "
+        "where an evaluation compares with it but not measured, nor chosen; constraints on a drop from it are then refused, "
+        "and session settings are not screened on it.",
+    )
     baselines: bool = Field(
-        default=True, description="Evaluate the reference and each path with the passes' default options before any searched point."
+        default=True,
+        description="Evaluate the reference (unless search.reference is false) and each path with the passes' default options "
+        "before any searched point.",
     )
     time_infeasible: bool = Field(
         default=False,

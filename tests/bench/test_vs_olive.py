@@ -42,18 +42,34 @@ def test_olive_configs_chain_the_intended_passes(written):
 
 
 def test_kiln_workflows_match_and_validate(written):
-    for job, (_, kiln) in written.items():
+    for job, (_, kiln, with_reference) in written.items():
         workflow = json.loads(kiln.read_text())
         latency = workflow["evaluate"][0]["config"]
         assert (latency["warmup"], latency["runs"], latency["compare"]) == (setup.WARMUP, setup.RUNS, False)
         assert workflow["search"]["baselines"] is False and workflow["targets"][0]["id"] == setup.TARGET_ID[job]
+        assert workflow["search"]["reference"] is False  # as Olive's evaluate_input_model: false
+        default = json.loads(with_reference.read_text())
+        assert "reference" not in default["search"] and {k: v for k, v in default.items() if k != "search"} == {
+            k: v for k, v in workflow.items() if k != "search"
+        }
     assert [s["pass"] for s in json.loads(written["ort"][1].read_text())["steps"]] == ["torch_export", "ort_fusion", "ort_quantize"]
     assert [s["pass"] for s in json.loads(written["ov"][1].read_text())["steps"]] == ["openvino_convert", "nncf_quantize"]
     done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "validate", *(str(k) for _, k in written.values())], capture_output=True, text=True
+        [sys.executable, "-m", "engine.cli", "validate", *(str(k) for _, *kiln in written.values() for k in kiln)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("valid") == 2
+    assert done.stdout.count("valid") == 4
+
+
+def test_kiln_s_translation_of_the_olive_config_does_the_same_work(written):
+    from engine.olive_import import translate
+
+    for olive, kiln, _ in written.values():
+        translation = translate(json.loads(olive.read_text()), olive)
+        assert translation.workflow["search"].get("reference") is False  # Olive's evaluate_input_model: false
+        assert [s["pass"] for s in translation.workflow["steps"]] == [s["pass"] for s in json.loads(kiln.read_text())["steps"]]
 
 
 def test_an_olive_run_without_a_model_is_a_failure(tmp_path):
@@ -70,8 +86,11 @@ def test_summary_pairs_rounds_and_skips_failures():
         vs_olive.Run("kiln", "ort", "cold", 1, wall_s=20.0, cpu_s=30.0, peak_rss_mb=600.0, ok=True),
         vs_olive.Run("olive", "ort", "cold", 2, wall_s=30.0, cpu_s=40.0, peak_rss_mb=800.0, ok=True),
         vs_olive.Run("kiln", "ort", "cold", 2, wall_s=30.0, ok=False, error="exit 2"),
+        vs_olive.Run("kiln+ref", "ort", "cold", 1, wall_s=24.0, ok=True),
+        vs_olive.Run("kiln+ref", "ort", "cold", 2, wall_s=21.0, ok=True),
     ]
     entry = vs_olive.summarize(runs)["ort/cold"]
+    assert entry["kiln+ref_over_olive"]["wall_paired_median"] == pytest.approx((24.0 / 40.0 + 21.0 / 30.0) / 2)
     assert entry["olive"]["wall_median_s"] == 35.0 and entry["kiln"]["runs_ok"] == 1
     assert entry["kiln_over_olive"]["wall_paired_median"] == 0.5
     assert entry["kiln_over_olive"]["wall"] == pytest.approx(20.0 / 35.0)

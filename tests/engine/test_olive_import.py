@@ -96,7 +96,9 @@ def test_hf_model_export_fusion_dynamic_int8_with_goals(folder):
             "sub_types": [{"name": "p90", "priority": 1, "goal": {"type": "percent-min-improvement", "value": 20}}],
         },
     ]
+    config["engine"]["evaluate_input_model"] = False  # not followed: a goal is a drop from the input model
     t = roundtrip(folder, config, "hf")
+    assert any("evaluate_input_model: false not followed" in note and "accuracy.top1" in note for note in t.notes)
     assert t.workflow["input"] == {"format": "hf", "path": "../bert", "task": "text-classification"}
     assert steps(t) == [
         ("conversion", "torch_export", {"opset": 17}, {}),
@@ -250,8 +252,10 @@ def test_openvino_conversion_quantization_and_weight_compression(folder):
         systems={"ov": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["OpenVINOExecutionProvider"]}]}},
         data_configs=[{"name": "calib", "type": "DummyDataContainer", "load_dataset_config": {"input_shapes": [[1, 128]]}}],
     )
-    config["engine"]["target"] = "ov"
+    config["engine"].update(target="ov", evaluate_input_model=False)
     t = roundtrip(folder, config, "openvino")
+    assert t.workflow["search"] == {"sampler": "grid", "reference": False}  # Olive does not evaluate the input model
+    assert any("search.reference: false" in note for note in t.notes)
     assert t.workflow["targets"] == [{"id": "openvino-cpu", "runtime": "openvino", "device": "CPU"}]
     assert steps(t) == [
         ("ov_convert", "openvino_convert", {"compress_to_fp16": True}, {}),

@@ -187,3 +187,32 @@ def test_concurrent_runs_on_one_store_finish_with_one_choice_and_share_jobs(tmp_
     assert len(choices) == 1  # the same candidate, with the same figures: every job was built once
     ran = sum(int(out.split("passes: ")[1].split(" run")[0]) for out, _ in outputs)
     assert ran == 2  # the two INT8 models, built by whichever run got there first
+
+
+def test_an_unmeasured_reference_is_made_for_the_comparisons_but_is_no_candidate(tmp_path, tiny_onnx, test_plugins):
+    workflow = tiny_workflow(tiny_onnx, search={"sampler": "grid", "reference": False, "max_candidates": 2})
+    workflow["steps"] = [
+        {"id": "copy", "pass": "copy"},  # the reference is the copy: made, shared by both candidates, never timed alone
+        {"id": "int8", "pass": "ort_quantize", "after": "copy", "config": {"mode": "dynamic"}, "search": {"per_channel": [False, True]}},
+    ]
+    resolved = load_workflow(write_workflow(tmp_path, workflow))
+    plan = build_plan(resolved)
+    assert [c.reference for c in plan.candidates_of("cpu")] == [True, False, False]  # max_candidates counts the measured two
+    report = run_workflow(resolved, Store(tmp_path / "store"))
+    assert [r.candidate.params for r in report.results] == [{"int8.per_channel": False}, {"int8.per_channel": True}]
+    assert all(r.state == "complete" and not r.candidate.reference for r in report.results)
+    # latency's paired timing and the fidelity ran against the reference's model all the same
+    assert all(r.metrics["latency.speedup"] > 0 and "fidelity.cosine_mean" in r.metrics for r in report.results)
+    assert report.stats.passes_run == 3 and report.chosen()["cpu"] is not None
+
+
+def test_a_drop_constraint_needs_the_reference_measured(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx, search={"reference": False, "stop_when": [{"metric": "latency.p50_ms", "max_drop_ratio": 0.1}]})
+    workflow["select"]["constraints"] = [{"metric": "fidelity.cosine_mean", "min": 0.9, "max_drop": 0.01}]
+    with pytest.raises(InputError) as caught:
+        load_workflow(write_workflow(tmp_path, workflow))
+    wheres = [problem.where for problem in caught.value.problems]
+    assert wheres == ["select.constraints[0].max_drop", "search.stop_when[0].max_drop_ratio"]
+    assert all("search.reference" in p.message and p.hint for p in caught.value.problems)
+    workflow["search"].pop("reference")
+    load_workflow(write_workflow(tmp_path, workflow))  # measured (the default): valid

@@ -45,6 +45,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     problems.extend(session_name_free(steps, targets, source))
     if spec is not None:
         problems.extend(sampler_objectives(spec, source))
+        problems.extend(drops_need_reference(spec, source))
     if problems:
         raise InputError(problems)
     assert spec is not None and input_model is not None
@@ -97,3 +98,26 @@ __all__ = [
     "load_workflow",
     "resolve",
 ]
+
+
+def drops_need_reference(spec: Workflow, source: WorkflowSource) -> list[Problem]:
+    """A drop (max_drop, max_drop_ratio) is measured from the reference: not with ``search.reference: false``."""
+    if spec.search.reference:
+        return []
+    found = [
+        ((*section, index, bound), constraint.metric, bound)
+        for section, constraints in ((("select", "constraints"), spec.select.constraints), (("search", "stop_when"), spec.search.stop_when))
+        for index, constraint in enumerate(constraints)
+        for bound in ("max_drop", "max_drop_ratio")
+        if getattr(constraint, bound) is not None
+    ]
+    return [
+        source.problem(
+            where,
+            f"{bound} on {metric} is a drop from the reference, and `search.reference: false` leaves the reference unmeasured",
+            expected="min or max bounds (absolute), or search.reference: true",
+            given=f"{bound} with search.reference: false",
+            hint=f"measure the reference (remove `search.reference: false`), or bound {metric} with min / max",
+        )
+        for where, metric, bound in found
+    ]
