@@ -298,22 +298,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.executor import prestarted
+    from engine.prestart import preload_if_new, prestarted
 
     with prestarted(args.workers if args.executor == "local" else 0):  # workers load Python and the engine meanwhile
-        from engine.emit import check_output_dir, write_outputs
         from engine.olive_cli import olive_file, run_path
-        from engine.run import preload_if_new, run_workflow
+        from engine.outdir import check_output_dir
         from engine.workflow import load_workflow
 
         resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
         output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
         check_output_dir(output)
         store = _open_store(args, resolved)
-        preload_if_new(resolved, store)
+        preload_if_new(resolved, store)  # then the rest of the engine loads here while the workers import
+        from engine.emit import write_outputs
         from engine.hooks import EventLog, Fanout
         from engine.progress import live_progress
         from engine.report import Progress, console, print_summary
+        from engine.run import run_workflow
 
         _make_output(output)
         if args.workers is not None and args.workers < 1:

@@ -17,16 +17,14 @@ from typing import Any
 
 from engine import __version__, keys
 from engine.core.config import library_versions
-from engine.core.errors import InputError, KilnError, Problem
+from engine.core.errors import KilnError
 from engine.core.hashing import sha256_file
 from engine.core.target import Target
+from engine.outdir import check_output_dir
 from engine.report_html import write_report
 from engine.results import CandidateResult, RunReport
 from engine.select import intervals_json, under_load
 from engine.store import Store, write_json_atomic
-
-#: what a folder Kiln wrote holds at its top; a folder holding anything else is not replaced
-OUTPUT_MARKERS = ("candidates.json", "workflow.lock.json", "events.jsonl")
 
 
 def _copy_atomic(source: Path, destination: Path) -> None:
@@ -158,28 +156,6 @@ def environments_document(resolved: Any) -> dict[str, Any]:
             "versions": dict(built.versions),
         }
     return documents
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Refuse, before anything runs, an output folder that holds files Kiln did not write: the
-    outputs replace the folder as a whole."""
-    if not output_dir.exists():
-        return
-    if not output_dir.is_dir():
-        raise InputError([Problem(where="--output", message="is not a folder", given=str(output_dir), hint="name a folder")])
-    names = {p.name for p in output_dir.iterdir()}
-    if names and not names & set(OUTPUT_MARKERS):
-        raise InputError(
-            [
-                Problem(
-                    where="--output",
-                    message="holds files that are not the outputs of a Kiln run; Kiln replaces its output folder as a whole",
-                    expected=f"a new or empty folder, or one an earlier run wrote ({', '.join(OUTPUT_MARKERS)})",
-                    given=f"{output_dir} with {', '.join(sorted(names)[:5])}",
-                    hint="choose another --output (or output.dir), or empty that folder",
-                )
-            ]
-        )
 
 
 def _deliverable(store: Store, result: CandidateResult) -> Path:

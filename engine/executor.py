@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -11,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 from engine.jobs import WorkOrder
 from engine.locks import job_lock
 from engine.pool import WorkerPool, preload_modules
+from engine.prestart import MAX_DEFAULT_WORKERS, adopt_prestarted, local_workers, pooling_enabled, worker_env
 from engine.store import Store, write_json_atomic
 
 
@@ -49,15 +48,6 @@ def _signal_name(code: int) -> str:
 TIMED_OUT = "timed out"
 #: a worker enforces its own deadline this long after the engine's, which normally comes first
 WORKER_GRACE_S = 10.0
-
-
-def worker_env() -> dict[str, str]:
-    """The environment of a worker process, one-shot or pooled."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env["KILN_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (engine.worker)
-    env.pop("KILN_DEADLINE", None)
-    env.pop("KILN_PRELOAD", None)
-    return env
 
 
 def worker_deadline(timeout_s: float | None) -> float | None:
@@ -145,26 +135,6 @@ def run_pooled(
     return 0
 
 
-#: the most jobs run at once locally without ``--workers`` (each holds a model or two in memory)
-MAX_DEFAULT_WORKERS = 4
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS says, else all)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def local_workers() -> int:
-    """How many jobs run at once locally without ``--workers``: one per core this process may
-    use, at most ``MAX_DEFAULT_WORKERS``. Passes are mostly single-threaded Python (imports, graph
-    rewriting, a quantizer's loops), so two of them share two cores well, and a dataset is read
-    while the first pass runs; timing evaluations still run alone (engine.gate)."""
-    return max(1, min(MAX_DEFAULT_WORKERS, usable_cores()))
-
-
 #: what one job may hold in memory, in multiples of the input model's size (the model, the copy a
 #: pass writes, a runtime's session of it); the default worker count keeps that many within reach
 JOB_MEMORY_FACTOR = 4
@@ -178,11 +148,6 @@ def memory_workers(model_bytes: int) -> int:
     if model_bytes <= 0:
         return MAX_DEFAULT_WORKERS
     return max(1, int(psutil.virtual_memory().available // (JOB_MEMORY_FACTOR * model_bytes)))
-
-
-def pooling_enabled() -> bool:
-    """Warm workers unless ``KILN_POOL=0`` (every job in a fresh process, as before)."""
-    return os.environ.get("KILN_POOL", "1") != "0"
 
 
 #: the warm workers a process that runs jobs for others keeps (a Ray worker process: Ray reuses
@@ -204,45 +169,6 @@ def run_on_node(python: str, job_file: str, log_path: str, timeout_s: float | No
             _node_pool = WorkerPool(python, worker_env())
         pool = _node_pool
     return run_pooled(pool, job_file, log_path, timeout_s, None)
-
-
-#: workers started before the workflow was read (``prestarted``), for the run's executor to adopt
-_prestarted: WorkerPool | None = None
-
-
-@contextlib.contextmanager
-def prestarted(count: int | None) -> Iterator[None]:
-    """Start ``count`` pooled workers (None: ``local_workers()``; 0: none) on entering, before the
-    workflow is read and the store opened: Python and the engine load in them meanwhile, and they
-    begin importing the run's libraries as soon as it says which. The run's executor adopts them;
-    on leaving, those it did not adopt (the run stopped before it began) are ended."""
-    global _prestarted
-    count = local_workers() if count is None else count
-    if count > 0 and pooling_enabled() and _prestarted is None:
-        _prestarted = WorkerPool(sys.executable, worker_env())
-        _prestarted.warm(count)
-    try:
-        yield
-    finally:
-        pool = adopt_prestarted(sys.executable)
-        if pool is not None:
-            pool.close()
-
-
-def preload_prestarted(libraries: list[str]) -> None:
-    """Have the prestarted workers import ``libraries`` (see ``WorkerPool.preload``) now."""
-    if _prestarted is not None:
-        _prestarted.preload(preload_modules(libraries))
-
-
-def adopt_prestarted(python: str) -> WorkerPool | None:
-    """The prestarted pool, handed over once, if it runs ``python``."""
-    global _prestarted
-    pool, _prestarted = _prestarted, None
-    if pool is not None and (pool.python != python or pool.closed):
-        pool.close()
-        return None
-    return pool
 
 
 class LocalExecutor:

@@ -7,9 +7,10 @@ import time
 from typing import Any
 
 from engine.environments import prepare
-from engine.executor import LocalExecutor, memory_workers, preload_prestarted
+from engine.executor import LocalExecutor, memory_workers
 from engine.front import select_all
 from engine.hooks import Hooks
+from engine.prestart import run_libraries
 from engine.results import RunReport
 from engine.runner import Runner
 from engine.search import search
@@ -58,21 +59,6 @@ def run_workflow(
     return report
 
 
-def run_libraries(resolved: ResolvedWorkflow) -> list[str]:
-    """What the run's jobs import (distribution names or dotted modules, see
-    ``Pass.warm_modules``), roughly in the order they first need it."""
-    steps = [
-        s.pass_cls.warm_modules(resolved.input.format) for s in resolved.steps.values() if s.environment is None
-    ]  # the others import in theirs
-    groups = [
-        *(getattr(e.cls, "libraries", ()) for e in resolved.datasets.values()),
-        *steps,
-        *(t.cls.warm_modules(resolved.input.format) for t in resolved.targets.values()),
-        *(getattr(e.cls, "libraries", ()) for e in resolved.evaluators.values()),
-    ]
-    return list(dict.fromkeys(name for group in groups for name in group))
-
-
 def has_work(runner: Runner) -> bool:
     """Whether a dataset or a first pass is missing from the store (a cold or changed run). The
     plan makes its jobs as candidates are asked for: the references' first jobs are asked here
@@ -87,11 +73,3 @@ def has_work(runner: Runner) -> bool:
         if runner.store.lookup(runner.job_key(reference.jobs[0], runner.input.digest)[0]) is None:
             return True
     return False
-
-
-def preload_if_new(resolved: ResolvedWorkflow, store: Store) -> None:
-    """A store with no record yet (a first run): nothing can come from it, so the prestarted
-    workers (engine.executor.prestarted) start importing the run's libraries now, before the
-    engine has hashed the input and planned."""
-    if not store.has_records():
-        preload_prestarted(run_libraries(resolved))

@@ -225,15 +225,15 @@ def test_a_job_takes_a_worker_that_has_imported_the_run_s_libraries_over_the_las
 
 
 def test_without_workers_given_as_many_jobs_run_as_cores_at_most_four(monkeypatch):
-    from engine import executor as executor_module
+    from engine import prestart
 
     for cores, expected in ((1, 1), (2, 2), (16, 4)):
-        monkeypatch.setattr(executor_module, "usable_cores", lambda cores=cores: cores)
-        assert executor_module.local_workers() == expected
+        monkeypatch.setattr(prestart, "usable_cores", lambda cores=cores: cores)
+        assert prestart.local_workers() == expected
 
 
 def test_workers_started_before_the_workflow_is_read_are_adopted_or_ended(tmp_path):
-    from engine.executor import prestarted
+    from engine.prestart import prestarted
 
     store = Store(tmp_path / "store").ensure()
     with prestarted(2):
@@ -245,9 +245,9 @@ def test_workers_started_before_the_workflow_is_read_are_adopted_or_ended(tmp_pa
     finally:
         executor.close()
     with prestarted(2):
-        from engine import executor as executor_module
+        from engine import prestart
 
-        left = executor_module._prestarted
+        left = prestart._prestarted
         assert left is not None and len(left._all) == 2
         pids = [worker.pid for worker in left._all]
     assert left.closed and all(gone(pid) for pid in pids)

@@ -286,7 +286,7 @@ def test_a_hanging_pass_without_timeout_s_fails_at_its_default(tmp_path, tiny_on
 
 
 def test_a_run_preloads_what_its_plugins_import_for_its_input_and_openvino_after_declining_telemetry(tmp_path):
-    from engine.run import run_libraries
+    from engine.prestart import run_libraries
     from engine.workflow import load_workflow
 
     def libraries(input_: dict, steps: list, target: dict) -> list[str]:
