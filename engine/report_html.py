@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import KilnError
+from engine.report_figures import figures, objectives, value_of, why_of
 
 REPORT_NAME = "report.html"
 
@@ -112,7 +113,7 @@ def _overview(records: dict[str, Any]) -> str:
     document, lock = records["candidates"], records["lock"]
     select = document.get("select") or {}
     items = [f"workflow file: <code>{escape(str(lock.get('workflow', {}).get('file', '?')))}</code>"]
-    for objective in _objectives(select):
+    for objective in objectives(select):
         items.append(f"objective: <b>{escape(objective['metric'])}</b> ({escape(objective.get('goal', 'min'))})")
     for constraint in select.get("constraints", []):
         items.append(f"constraint: {escape(_constraint_text(constraint))}")
@@ -136,9 +137,9 @@ def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, A
         )
     else:
         parts.append("<p><b>no candidate completed and met the constraints</b></p>")
-    if _objectives(select):
+    if objectives(select):
         parts.append("<h3>objective against constraints</h3>")
-        parts += [_figure_html(target, figure) for figure in _figures(rows, select)]
+        parts += [_figure_html(target, figure) for figure in figures(rows, select)]
     parts += ["<h3>candidates</h3>", _table(rows, select), "<h3>lineage</h3>", _lineage(rows)]
     parts.append("<h3>inference settings to deploy with</h3>")
     if deploy:
@@ -161,133 +162,12 @@ def _figure_html(target: str, figure: dict[str, Any]) -> str:
     )
 
 
-def _figures(rows: list[dict[str, Any]], select: dict[str, Any]) -> list[dict[str, Any]]:
-    """One figure per constraint metric other than the objective (the objective against the
-    candidate number when there is none)."""
-    objective, *others = [o["metric"] for o in _objectives(select)]
-    metrics = list(dict.fromkeys(m for m in [*others, *(c["metric"] for c in select.get("constraints", []))] if m != objective))
-    return [{"x": x, "y": objective, "figure": _figure(rows, select, x)} for x in metrics or ["#"]]
-
-
-_GROUPS = (
-    ("chosen", lambda c: c.get("chosen"), {"symbol": "star", "size": 18, "color": "#d4a000", "line": {"width": 1, "color": "#000"}}),
-    ("reference", lambda c: c.get("reference") and not c.get("chosen"), {"symbol": "diamond", "size": 12, "color": "#555"}),
-    ("pareto front", lambda c: c.get("pareto") and not c.get("chosen") and not c.get("reference"), {"size": 10, "color": "#1f77b4"}),
-    ("other", lambda c: not (c.get("chosen") or c.get("reference") or c.get("pareto")), {"size": 9, "color": "#aaa"}),
-)
-
-
-def _value(candidate: dict[str, Any], metric: str) -> float | None:
-    if metric == "#":
-        return float(candidate["id"].split("/")[-1])
-    value = candidate.get("metrics", {}).get(metric)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _error_bars(members: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    plus, minus = [], []
-    for candidate in members:
-        interval, value = (candidate.get("intervals") or {}).get(metric), _value(candidate, metric)
-        plus.append(max(0.0, interval["high"] - value) if interval and value is not None else 0.0)
-        minus.append(max(0.0, value - interval["low"]) if interval and value is not None else 0.0)
-    if not any(plus) and not any(minus):
-        return None
-    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True}
-
-
-def _objectives(select: dict[str, Any]) -> list[dict[str, Any]]:
-    objective = select.get("objective") or []
-    return list(objective) if isinstance(objective, list) else [objective]  # one, or several
-
-
-def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[str, Any]:
-    import plotly.graph_objects as go
-
-    objective = _objectives(select)[0]["metric"]
-    placed = [c for c in rows if c.get("state") == "complete" and _value(c, x) is not None and _value(c, objective) is not None]
-    figure = go.Figure()
-    for name, member, marker in _GROUPS:
-        members = [c for c in placed if member(c)]
-        if not members:
-            continue
-        figure.add_trace(
-            go.Scatter(
-                x=[_value(c, x) for c in members],
-                y=[_value(c, objective) for c in members],
-                mode="markers",
-                name=name,
-                marker=marker,
-                text=[f"{c['id']} {c['path']}" for c in members],
-                customdata=[c["id"] for c in members],
-                hovertemplate="%{text}<br>" + f"{x}: %{{x}}<br>{objective}: %{{y}}<extra>{name}</extra>",
-                error_x=_error_bars(members, x) if x != "#" else None,
-                error_y=_error_bars(members, objective),
-            )
-        )
-    _add_untimed(figure, rows, placed, x, objective)
-    reference = next((c for c in rows if c.get("reference")), None)
-    for constraint in select.get("constraints", []):
-        for label, bound in _bounds(constraint, reference):
-            line = {"line_dash": "dash", "line_color": "#d62728", "annotation_text": f"{constraint['metric']} {label}"}
-            if constraint["metric"] == x:
-                figure.add_vline(x=bound, **line)
-            elif constraint["metric"] == objective:
-                figure.add_hline(y=bound, **line)
-    goal = _objectives(select)[0].get("goal", "min")
-    figure.update_layout(
-        title=f"{objective} ({'lower' if goal == 'min' else 'higher'} is better) against {'candidate' if x == '#' else x}",
-        xaxis_title="candidate" if x == "#" else x,
-        yaxis_title=objective,
-        template="plotly_white",
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-    )
-    return json.loads(figure.to_json())
-
-
-def _add_untimed(figure: Any, rows: list[dict[str, Any]], placed: list[dict[str, Any]], x: str, objective: str) -> None:
-    """Candidates rejected before the objective was measured (a failed constraint spares the
-    timing) have no y: they are drawn as crosses along the bottom edge, at their x."""
-    import plotly.graph_objects as go
-
-    untimed = [c for c in rows if c.get("state") == "complete" and _value(c, x) is not None and _value(c, objective) is None]
-    if not untimed or x == "#":
-        return
-    ys = [_value(c, objective) or 0.0 for c in placed] or [0.0]
-    floor = min(ys) - 0.1 * (max(ys) - min(ys) or abs(min(ys)) * 0.02 or 1.0)
-    figure.add_trace(
-        go.Scatter(
-            x=[_value(c, x) for c in untimed],
-            y=[floor] * len(untimed),
-            mode="markers",
-            name=f"not measured on {objective} (failed a constraint first)",
-            marker={"symbol": "x", "size": 9, "color": "#d62728"},
-            text=[f"{c['id']} {c['path']}: {_why(c)}" for c in untimed],
-            customdata=[c["id"] for c in untimed],
-            hovertemplate="%{text}<br>" + f"{x}: %{{x}}<extra>not measured</extra>",
-        )
-    )
-
-
-def _bounds(constraint: dict[str, Any], reference: dict[str, Any] | None) -> list[tuple[str, float]]:
-    """The constraint's bounds as values of its metric (drops measured from the reference's value)."""
-    bounds = [(f"≥ {constraint['min']:g}", constraint["min"])] if constraint.get("min") is not None else []
-    if constraint.get("max") is not None:
-        bounds.append((f"≤ {constraint['max']:g}", constraint["max"]))
-    base = _value(reference, constraint["metric"]) if reference else None
-    if base is not None and constraint.get("max_drop") is not None:
-        bounds.append((f"drop ≤ {constraint['max_drop']:g}", base - constraint["max_drop"]))
-    if base is not None and constraint.get("max_drop_ratio") is not None:
-        bounds.append((f"drop ≤ {constraint['max_drop_ratio']:.1%}", base * (1 - constraint["max_drop_ratio"])))
-    return bounds
-
-
 def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
 def _metric_cell(candidate: dict[str, Any], metric: str) -> str:
-    value = _value(candidate, metric)
+    value = value_of(candidate, metric)
     if value is None:
         return '<td data-v="">—</td>'
     interval = (candidate.get("intervals") or {}).get(metric)
@@ -295,17 +175,13 @@ def _metric_cell(candidate: dict[str, Any], metric: str) -> str:
     return f'<td data-v="{value!r}">{_number(value)}{spread}</td>'
 
 
-def _why(candidate: dict[str, Any]) -> str:
-    return "; ".join(candidate.get("violations") or []) or candidate.get("verdict") or candidate.get("reason") or ""
-
-
 def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
-    metrics = list(dict.fromkeys([o["metric"] for o in _objectives(select)] + [c["metric"] for c in select.get("constraints", [])]))
+    metrics = list(dict.fromkeys([o["metric"] for o in objectives(select)] + [c["metric"] for c in select.get("constraints", [])]))
     head = ["#", "path", "state", *metrics, "pareto", "why"]
     lines = ['<table class="sortable candidates"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for c in rows:
         state = "★ chosen" if c.get("chosen") else c.get("state", "")
-        why = _why(c)
+        why = why_of(c)
         css = "chosen" if c.get("chosen") else "failed" if c.get("state") == "failed" else ""
         number = c["id"].split("/")[-1]
         path = escape(c["path"]) + (' <span class="muted">(reference)</span>' if c.get("reference") else "")

@@ -121,6 +121,9 @@ def test_the_plot_holds_every_complete_candidate_the_chosen_point_and_the_constr
     assert error_bars and all(len(e["array"]) == len(e["arrayminus"]) for e in error_bars)
     lines = [s for s in figure["figure"]["layout"]["shapes"] if s["x0"] == s["x1"] == 0.9]
     assert lines, "the constraint fidelity.cosine_mean >= 0.9 is drawn"
+    import plotly.graph_objects as go
+
+    go.Figure(figure["figure"])  # the figure JSON, written as dicts, is one plotly's own schema accepts (raises if not)
 
 
 def test_the_lineage_lists_each_candidates_passes_with_digest_and_cache_status(run_output: Path, page: _Page) -> None:
