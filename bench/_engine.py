@@ -15,7 +15,7 @@ def engine_run(
     code outside ``ok`` (1: no candidate met the constraints) stops the benchmark."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(store), "-o", str(out), "-q", *extra],
+        [sys.executable, "-m", "engine", "run", str(workflow), "--store", str(store), "-o", str(out), "-q", *extra],
         capture_output=True,
         text=True,
         check=False,

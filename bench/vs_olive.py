@@ -167,7 +167,7 @@ def run_tool(tool: str, job: str, phase: str, index: int, folder: Path, olive_py
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         workflow = reference_wf if tool == "kiln+ref" else kiln_wf
-        command = [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(cache), "-o", str(out), "-q"]
+        command = [sys.executable, "-m", "engine", "run", str(workflow), "--store", str(cache), "-o", str(out), "-q"]
     log = folder / f"{tool}-{phase}.log"
     run.wall_s, run.cpu_s, run.peak_rss_mb, rc = measured(command, env, log)
     (olive_result if tool == "olive" else kiln_result)(run, rc, log, out)

@@ -57,4 +57,4 @@ def write_workflow(folder: Path, workflow: dict[str, Any], name: str = "workflow
 
 
 def engine_cmd() -> list[str]:
-    return [sys.executable, "-m", "engine.cli"]
+    return [sys.executable, "-m", "engine"]

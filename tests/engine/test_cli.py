@@ -219,3 +219,18 @@ def test_option_types_are_printed_as_written_in_a_workflow(capsys):
         assert "<class" not in out and "Literal[" not in out and "typing." not in out, command
     assert main(["targets", "onnxruntime"]) == 0
     assert '"cpu" | "cuda"' in capsys.readouterr().out
+
+
+def test_the_engine_command_keeps_exit_codes_and_output_through_its_quick_exit(tmp_path, tiny_onnx):
+    def engine(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*engine_cmd(), *args], capture_output=True, text=True, timeout=120)
+
+    bad = engine("validate", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and "workflow file not found" in bad.stderr
+    usage = engine("no-such-command")
+    assert usage.returncode == 2 and "invalid choice" in usage.stderr
+    workflow = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    ran = engine("run", str(workflow), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out"), "-q")
+    assert ran.returncode == 0, ran.stderr
+    assert "chosen for cpu" in ran.stdout  # the summary, flushed before os._exit
+    assert json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]

@@ -34,7 +34,7 @@ def test_example_workflow_is_valid(path):
 
 def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", str(workflow), "--store", str(store), "-o", str(out)],
+        [sys.executable, "-m", "engine", "run", str(workflow), "--store", str(store), "-o", str(out)],
         capture_output=True,
         text=True,
         timeout=1800,
