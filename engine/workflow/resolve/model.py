@@ -66,11 +66,24 @@ class TargetEntry:
     id: str
     cls: Any
     instance: Target
-    availability: Availability
+    #: whether it can run here; None: asked of the target on first use (``availability``): a
+    #: runtime's check imports it (openvino: 0.15 s), and `engine run` reads the workflow first
+    #: thing, to tell its workers what to import
+    checked: Availability | None = None
     #: the target's fingerprint measured inside its environment (None: ``instance.fingerprint()``)
     fingerprint: dict[str, Any] | None = None
     #: its searched session settings by dotted option name (``intra_op_threads``, ``cuda.enable_cuda_graph``)
     search: dict[str, SearchDim] = field(default_factory=dict)
+
+    @property
+    def availability(self) -> Availability:
+        if self.checked is None:
+            self.checked = self.instance.availability()
+        return self.checked
+
+    @availability.setter
+    def availability(self, value: Availability) -> None:
+        self.checked = value
 
     def variant(self, settings: dict[str, Any]) -> Target:
         """The target with ``settings`` (dotted option names) in place of its own options."""

@@ -94,10 +94,10 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
             id=config.id,
             cls=cls,
             instance=instance,
-            availability=Availability(ok=False, reason=config.environment.not_built()),
+            checked=Availability(ok=False, reason=config.environment.not_built()),
             search=search,
         )
-    return TargetEntry(id=config.id, cls=cls, instance=instance, availability=instance.availability(), search=search)
+    return TargetEntry(id=config.id, cls=cls, instance=instance, search=search)  # its availability: on first use
 
 
 def resolve_targets(parts: Parts, source: WorkflowSource, problems: list[Problem]) -> dict[str, TargetEntry]:
