@@ -37,7 +37,7 @@ def evaluate(
     evaluation that cannot run or fails ends the candidate as failed."""
     if result.candidate.reference:
         reference_model = None
-    if reference is not None and reference.state == "complete" and not result.candidate.reference:
+    elif reference is not None and reference.state == "complete":
         reference_model = reference.model
     for spec in specs:
         if spec.timing and not resolved.spec.search.time_infeasible:

@@ -319,7 +319,7 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
     for target, space in plan.spaces.items():
         room = _Room(plan, target, limit)
         plan.reference(target)
-        for settings in screening_settings(resolved, space) if resolved.spec.search.reference else []:  # on the reference model first
+        for settings in screening_settings(resolved, space):  # tried on the reference model first (engine.search)
             if room.full():
                 break
             plan.reference(target, settings)
@@ -354,7 +354,9 @@ class _Room:
 def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[dict[str, Any]]:
     """The distinct settings of a target's searched session settings other than its own, in grid
     order: what the search tries on the reference model before the sampler. None for a continuous
-    range."""
+    range, nor when the reference is not measured (``search.reference: false``)."""
+    if not resolved.spec.search.reference:
+        return []  # the reference model is not measured, with these settings or others
     if not space.settings_dims or any(isinstance(d.distribution, FloatRange) for d in space.settings_dims.values()):
         return []
     entry = resolved.targets[space.target]

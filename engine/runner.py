@@ -204,16 +204,11 @@ class Runner:
                 return known
             result = CandidateResult(candidate=candidate, label=self.plan.label(candidate))
             self.results[candidate.id] = result
-        model = self.input
-        for index, job_id in enumerate(candidate.jobs):
-            state = self.ensure_job(job_id, candidate.id)
-            if state.status in ("failed", "skipped"):
-                for later in candidate.jobs[index + 1 :]:
-                    self.ensure_job(later, candidate.id)  # each ends "skipped": its input failed
-                result.state, result.reason = self._why_not_built(candidate, job_id)
-                self.hooks.candidate_done(result, measured=False)
-                return result
-            model = state.artifact or model
+        model, failed = self._build(candidate)
+        if failed is not None:
+            result.state, result.reason = self._why_not_built(candidate, failed)
+            self.hooks.candidate_done(result, measured=False)
+            return result
         result.model = model
         if candidate.reference:
             self.references[candidate.target] = result
@@ -237,13 +232,22 @@ class Runner:
         leaves it unmade: those evaluations then fail, saying the reference model failed."""
         if not any(spec.needs_reference for spec in self.evaluations):
             return
+        model, failed = self._build(candidate)
+        if failed is None:
+            self.reference_models[candidate.target] = model
+
+    def _build(self, candidate: Candidate) -> tuple[ModelArtifact, str | None]:
+        """``candidate``'s jobs run (or served by the store) in order: its model, and the first
+        job that failed or was skipped (None when every one was built)."""
         model = self.input
-        for job_id in candidate.jobs:
+        for index, job_id in enumerate(candidate.jobs):
             state = self.ensure_job(job_id, candidate.id)
             if state.status in ("failed", "skipped"):
-                return
+                for later in candidate.jobs[index + 1 :]:
+                    self.ensure_job(later, candidate.id)  # each ends "skipped": its input failed
+                return model, job_id
             model = state.artifact or model
-        self.reference_models[candidate.target] = model
+        return model, None
 
     def _why_not_built(self, candidate: Candidate, job_id: str) -> tuple[CandidateState, str]:
         """A candidate whose job failed: ``failed`` where it ran the failing job, else ``pruned``."""

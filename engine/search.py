@@ -212,8 +212,6 @@ class TargetSearch:
         The screening candidates are candidates like any other (the reference model with better
         settings may be the answer)."""
         resolved, plan, space = self.runner.resolved, self.runner.plan, self.space
-        if not self.spec.reference:
-            return  # the reference model is not measured, with these settings or others
         paired = paired_metric(resolved, resolved.spec.select.primary.metric)
         screening = [
             c for s in screening_settings(resolved, space) if (c := plan.reference(self.target, s)) is not None and c.id not in self.seen
