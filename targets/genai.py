@@ -18,7 +18,6 @@ onnxruntime_genai is imported inside the functions that use it, never at module 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,11 +32,29 @@ if TYPE_CHECKING:
 
     from engine.core.artifact import ModelArtifact
 
-#: devices, with the library's check for each and the package that brings it
-DEVICES: dict[str, tuple[str, str]] = {
-    "cpu": ("", "pip install onnxruntime-genai"),
-    "cuda": ("is_cuda_available", "pip install onnxruntime-genai-cuda (with onnxruntime-gpu)"),
-    "dml": ("is_dml_available", "pip install onnxruntime-genai-directml (Windows)"),
+#: devices: the provider name onnxruntime-genai's config uses, its check for it (a function of
+#: the module, "" where the library offers none), the package that brings it, and the ONNX Runtime
+#: execution provider behind it (whose host check in targets.onnxruntime.eps says why a host cannot
+#: run it: wrong OS, no driver, no NPU)
+DEVICES: dict[str, tuple[str, str, str, str]] = {
+    "cpu": ("cpu", "", "pip install onnxruntime-genai", "CPUExecutionProvider"),
+    "cuda": ("cuda", "is_cuda_available", "pip install onnxruntime-genai-cuda (with onnxruntime-gpu)", "CUDAExecutionProvider"),
+    "dml": ("dml", "is_dml_available", "pip install onnxruntime-genai-directml (Windows)", "DmlExecutionProvider"),
+    "qnn": ("qnn", "is_qnn_available", "onnxruntime-genai with onnxruntime-qnn (Windows on Snapdragon)", "QNNExecutionProvider"),
+    "webgpu": (
+        "webgpu",
+        "is_webgpu_available",
+        "an onnxruntime-genai build with WebGPU (onnxruntime-genai-winml)",
+        "WebGpuExecutionProvider",
+    ),
+    "openvino": ("OpenVINO", "is_openvino_available", "onnxruntime-genai with onnxruntime-openvino", "OpenVINOExecutionProvider"),
+    "vitisai": ("VitisAI", "", "AMD's Ryzen AI software (onnxruntime-genai for Ryzen AI)", "VitisAIExecutionProvider"),
+    "tensorrt_rtx": (
+        "NvTensorRtRtx",
+        "",
+        "onnxruntime-genai-winml, or onnxruntime-genai with the onnxruntime-ep-nv-tensorrt-rtx plugin EP",
+        "NvTensorRTRTXExecutionProvider",
+    ),
 }
 OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
@@ -52,8 +69,13 @@ def import_genai() -> Any:
 
 class GenaiConfig(TargetConfig):
     runtime: Literal["onnxruntime-genai"] = Field(description="Runs decoders with ONNX Runtime GenAI's generator.")
-    device: Literal["cpu", "cuda", "dml"] = Field(
-        default="cpu", description="Where the model runs: cpu, cuda (onnxruntime-genai-cuda) or dml (DirectML, Windows)."
+    device: Literal["cpu", "cuda", "dml", "qnn", "webgpu", "openvino", "vitisai", "tensorrt_rtx"] = Field(
+        default="cpu",
+        description=(
+            "Where the model runs, by the execution provider onnxruntime-genai appends: cpu, cuda (onnxruntime-genai-cuda), "
+            "dml (DirectML, Windows), qnn (Qualcomm NPU), webgpu, openvino (Intel CPU/GPU/NPU), vitisai (AMD Ryzen AI NPU) "
+            "or tensorrt_rtx (NVIDIA RTX GPUs). `engine targets` says which this host can run and why not."
+        ),
     )
     intra_op_threads: int | None = Field(
         default=None, ge=1, le=1024, description="Threads used inside one operator. Omit for the runtime default (one per physical core)."
@@ -82,7 +104,9 @@ class GenaiConfig(TargetConfig):
 
 class GenaiTarget(Target):
     runtime = "onnxruntime-genai"
-    summary = "ONNX Runtime GenAI's generator for decoders with a key/value cache (the genai format) on CPU, CUDA or DirectML."
+    summary = (
+        "ONNX Runtime GenAI's generator for decoders with a key/value cache (the genai format) on CPU, CUDA, DirectML, NPUs and WebGPU."
+    )
     version = "1"
     accepts = ("genai",)
     libraries = ("onnxruntime-genai", "onnxruntime")
@@ -94,7 +118,7 @@ class GenaiTarget(Target):
     def host_report(cls) -> list[tuple[str, bool, str]]:
         """Each device: usable here, or why not."""
         rows = []
-        for device, (_, package) in DEVICES.items():
+        for device, (_, _, package, _) in DEVICES.items():
             problem = _device_problem(device)
             rows.append((device, problem is None, problem or f"from {package.removeprefix('pip install ')}"))
         return rows
@@ -135,10 +159,11 @@ class GenaiTarget(Target):
         try:
             config = og.Config(str(model.path))
             config.clear_providers()
+            provider = DEVICES[self.config.device][0]
             if self.config.device != "cpu":
-                config.append_provider(self.config.device)
+                config.append_provider(provider)
                 for key, value in (self.config.provider_options or {}).items():
-                    config.set_provider_option(self.config.device, key, str(value))
+                    config.set_provider_option(provider, key, str(value))
             if overlay:
                 config.overlay(json.dumps(overlay))
             loaded = og.Model(config)
@@ -150,7 +175,7 @@ class GenaiTarget(Target):
             "onnxruntime_genai_version": og.__version__,
             "device": self.config.device,
             "model_device": str(loaded.device_type),
-            "provider": self.config.device,
+            "provider": DEVICES[self.config.device][0],
             "provider_options": dict(self.config.provider_options or {}),
             # None means "the runtime's default"
             "intra_op_threads": self.config.intra_op_threads,
@@ -179,10 +204,11 @@ class GenaiTarget(Target):
         device = str(settings.get("device") or "cpu")
         lines = ["import json", "", "import numpy as np", "import onnxruntime_genai as og", "", f"config = og.Config({model_path!r})"]
         lines.append("config.clear_providers()")
+        provider = DEVICES[device][0] if device in DEVICES else device
         if device != "cpu":
-            lines.append(f"config.append_provider({device!r})")
+            lines.append(f"config.append_provider({provider!r})")
             for key, value in (settings.get("provider_options") or {}).items():
-                lines.append(f"config.set_provider_option({device!r}, {key!r}, {str(value)!r})")
+                lines.append(f"config.set_provider_option({provider!r}, {key!r}, {str(value)!r})")
         if settings.get("config_overlay"):
             lines.append(f"config.overlay(json.dumps({settings['config_overlay']!r}))")
         lines += [
@@ -206,19 +232,28 @@ class GenaiTarget(Target):
 
 
 def _device_problem(device: str) -> str | None:
-    """Why ``device`` cannot run here, or None."""
+    """Why ``device`` cannot run here, or None: whether this onnxruntime-genai build has the
+    provider (where the library can tell), then whether the onnxruntime it runs on has the
+    execution provider behind it and this host can run it (no NVIDIA driver, not Windows, no
+    Snapdragon: targets.onnxruntime.eps says which)."""
     try:
         og = import_genai()
     except MissingDependency as error:
         return str(error)
-    check, package = DEVICES[device]
-    if not check:
+    if device == "cpu":
         return None
-    if not getattr(og, check)():
-        return f"onnxruntime-genai {og.__version__} here is built without {device} support: {package}"
-    if device == "cuda" and shutil.which("nvidia-smi") is None:
-        return "no NVIDIA GPU here (nvidia-smi not found)"
-    return None
+    _, check, package, ep = DEVICES[device]
+    problems = []
+    if check and not getattr(og, check, lambda: False)():
+        problems.append(f"onnxruntime-genai {og.__version__} here is built without {device} support: {package}")
+    import onnxruntime
+
+    from targets.onnxruntime.eps import availability_of
+
+    runtime = availability_of(onnxruntime, ep)
+    if runtime:
+        problems.append(f"{ep}: {runtime}" if not problems else runtime)
+    return "; ".join(problems) or None
 
 
 class GenaiSession(GenerativeSession):

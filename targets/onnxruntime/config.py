@@ -70,8 +70,8 @@ class OnnxRuntimeConfig(TargetConfig):
         default_factory=lambda: [CPU],
         min_length=1,
         description=(
-            "Execution providers in order of preference, by full name or alias (cpu, cuda, tensorrt, openvino, dml, coreml, qnn, "
-            "nnapi, webgpu), e.g. [cuda, cpu]; a plugin EP by its full name. Default: derived from `device`."
+            "Execution providers in order of preference, by full name or alias (cpu, cuda, tensorrt, tensorrt_rtx, openvino, dml, coreml, "
+            "qnn, nnapi, webgpu, migraphx, rocm, vitisai, ...: `engine targets` lists them), e.g. [cuda, cpu]; a plugin EP by its full name. Default: derived from `device`."
         ),
     )
     provider_options: list[dict[str, Any]] | None = Field(

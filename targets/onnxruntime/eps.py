@@ -85,6 +85,41 @@ def _qnn_problem() -> str | None:
     return f"needs a Qualcomm Snapdragon SoC with its Hexagon NPU (this host is {machine or 'unknown'})"
 
 
+def _windows_ryzen_ai_problem() -> str | None:
+    here = _system()
+    if here != "Windows":
+        return f"needs an AMD Ryzen AI NPU with the Ryzen AI software, on Windows (this host is {here or 'unknown'})"
+    return None
+
+
+def _amd_gpu_problem() -> str | None:
+    if Path("/dev/kfd").exists() or (_system() == "Windows" and shutil.which("hipinfo")):
+        return None
+    return "no AMD GPU with ROCm here (/dev/kfd missing): needs an AMD Instinct or Radeon GPU and ROCm"
+
+
+#: TensorRT for RTX's shared library (the NvTensorRTRTX EP links it), newest first
+_TENSORRT_RTX = ("libtensorrt_rtx.so.1", "libtensorrt_rtx.so", "tensorrt_rtx_1_2.dll", "tensorrt_rtx_1_1.dll", "tensorrt_rtx_1_0.dll")
+
+
+def _rtx_problem() -> str | None:
+    gpu = nvidia_problem()
+    if gpu:
+        return gpu
+    for name in _TENSORRT_RTX:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return None
+    return f"TensorRT for RTX's library is not loadable (tried {', '.join(_TENSORRT_RTX)}): install TensorRT for RTX and put it on the library path"
+
+
+def _arm_problem() -> str | None:
+    machine = platform.machine().lower()
+    return None if machine in ("arm64", "aarch64") else f"runs on Arm CPUs only (this host is {machine or 'unknown'})"
+
+
 def _no_problem() -> str | None:
     return None
 
@@ -124,16 +159,63 @@ CATALOG: tuple[EpInfo, ...] = (
         "WebGpuExecutionProvider",
         "webgpu",
         "gpu",
-        "onnxruntime (built with --use_webgpu)",
-        "an onnxruntime build with WebGPU (--use_webgpu), or a WebGPU plugin EP package",
+        "onnxruntime-ep-webgpu",
+        "pip install onnxruntime-ep-webgpu (a plugin EP), or an onnxruntime build with --use_webgpu",
     ),
     EpInfo("AzureExecutionProvider", "azure", "remote", "onnxruntime", "pip install onnxruntime"),
+    EpInfo(
+        "NvTensorRTRTXExecutionProvider",
+        "tensorrt_rtx",
+        "gpu",
+        "onnxruntime-ep-nv-tensorrt-rtx",
+        "pip install onnxruntime-ep-nv-tensorrt-rtx-cu13 (or -cu12: a plugin EP for NVIDIA RTX GPUs, with TensorRT for RTX)",
+        _rtx_problem,
+    ),
+    EpInfo(
+        "MIGraphXExecutionProvider",
+        "migraphx",
+        "gpu",
+        "onnxruntime-migraphx",
+        "pip install onnxruntime-migraphx (or the plugin EP onnxruntime-ep-migraphx) on a host with ROCm",
+        _amd_gpu_problem,
+    ),
+    EpInfo(
+        "ROCMExecutionProvider",
+        "rocm",
+        "gpu",
+        "onnxruntime-rocm",
+        "pip install onnxruntime-rocm (AMD's ROCm wheel index) on a host with ROCm",
+        _amd_gpu_problem,
+    ),
+    EpInfo(
+        "VitisAIExecutionProvider",
+        "vitisai",
+        "npu",
+        "onnxruntime-vitisai",
+        "AMD's Ryzen AI software (its onnxruntime-vitisai wheel), on Windows with a Ryzen AI NPU",
+        _windows_ryzen_ai_problem,
+    ),
+    EpInfo("XnnpackExecutionProvider", "xnnpack", "cpu", "onnxruntime (mobile and Arm builds)", "an onnxruntime build with --use_xnnpack"),
+    EpInfo("DnnlExecutionProvider", "dnnl", "cpu", "onnxruntime (oneDNN build)", "an onnxruntime build with --use_dnnl"),
+    EpInfo(
+        "ACLExecutionProvider", "acl", "cpu", "onnxruntime (Arm Compute Library build)", "an onnxruntime build with --use_acl", _arm_problem
+    ),
+    EpInfo("CANNExecutionProvider", "cann", "npu", "onnxruntime-cann", "pip install onnxruntime-cann on a host with a Huawei Ascend NPU"),
+    EpInfo("WebNNExecutionProvider", "webnn", "gpu", "onnxruntime-web", "onnxruntime-web in a browser with WebNN"),
 )
 
 _BY_NAME = {ep.name: ep for ep in CATALOG}
 _BY_ALIAS = {ep.alias: ep for ep in CATALOG}
 #: words users write for an EP that are not its alias: suggested, not accepted
-_OTHER_WORDS = {"trt": TENSORRT, "ov": OPENVINO, "directml": "DmlExecutionProvider", "gpu": CUDA}
+_OTHER_WORDS = {
+    "trt": TENSORRT,
+    "ov": OPENVINO,
+    "directml": "DmlExecutionProvider",
+    "gpu": CUDA,
+    "trt_rtx": "NvTensorRTRTXExecutionProvider",
+    "nvtensorrtrtx": "NvTensorRTRTXExecutionProvider",
+    "ryzenai": "VitisAIExecutionProvider",
+}
 
 
 def lookup(name: str) -> EpInfo | None:

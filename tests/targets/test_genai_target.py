@@ -104,3 +104,31 @@ def test_on_cuda_generation_matches_the_cpu_continuation(tiny_genai: TinyGenai) 
     session = genai(device="cuda").open_session(tiny_genai.fp32)
     assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
     np.testing.assert_allclose(session.logits(PROMPT), tiny_genai.torch_logits, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("device", "named"),
+    [
+        ("qnn", ["QNNExecutionProvider", "onnxruntime-qnn"]),
+        ("webgpu", ["WebGpuExecutionProvider", "onnxruntime-ep-webgpu"]),
+        ("openvino", ["OpenVINOExecutionProvider"]),
+        ("vitisai", ["Ryzen AI"]),
+        ("tensorrt_rtx", ["NvTensorRTRTXExecutionProvider", "onnxruntime-ep-nv-tensorrt-rtx"]),
+    ],
+)
+def test_an_npu_or_other_gpu_device_this_host_lacks_says_which_provider_and_package(device: str, named: list[str]) -> None:
+    """Each device asks the onnxruntime the library runs on for the execution provider behind it:
+    onnxruntime-genai's own flag (is_webgpu_available is true in the CPU wheel) is not enough."""
+    import onnxruntime
+
+    from targets.genai import DEVICES
+
+    ep = DEVICES[device][3]
+    if ep in onnxruntime.get_available_providers():
+        pytest.skip(f"{ep} is in this onnxruntime build")
+    availability = genai(device=device).availability()
+    assert not availability.ok
+    for word in named:
+        assert word in availability.reason
+    snippet = genai(device=device).snippet({"device": device}, "model")
+    assert f"config.append_provider({DEVICES[device][0]!r})" in snippet

@@ -120,7 +120,11 @@ def test_tensorrt_options_need_the_tensorrt_provider_and_are_typed() -> None:
         ("coreml", ["macOS only"]),
         ("nnapi", ["Android only"]),
         ("qnn", ["onnxruntime-qnn", "Qualcomm"]),
-        ("webgpu", ["WebGPU"]),
+        ("webgpu", ["onnxruntime-ep-webgpu"]),
+        ("tensorrt_rtx", ["onnxruntime-ep-nv-tensorrt-rtx", "NVIDIA"]),
+        ("migraphx", ["onnxruntime-migraphx", "ROCm"]),
+        ("rocm", ["onnxruntime-rocm"]),
+        ("vitisai", ["Ryzen AI", "Windows"]),
         ("openvino", ["onnxruntime-ep-openvino", "onnxruntime-openvino", "`environment:`"]),
     ],
 )
