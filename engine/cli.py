@@ -18,8 +18,10 @@ from typing import Any
 
 from engine import __version__
 from engine.core.errors import InputError, KilnError, Problem
+from engine.optimize import options as optimize_options
 
 EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+WORKERS_HELP = "run up to N jobs at once (timings still run alone; default: one per core, at most 4, as memory allows; with --executor ray the cluster's CPUs)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,21 +30,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kiln {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = sub.add_parser("run", help="validate, plan, run and select; write the best model(s) and records")
+    running = argparse.ArgumentParser(add_help=False)  # the options of a run, shared by `run` and `optimize`
+    running.add_argument("--store", type=Path, help="artifact store folder (default: the workflow's cache.dir, $KILN_STORE, ~/.cache/kiln)")
+    running.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    running.add_argument("--workers", "-j", type=int, help=WORKERS_HELP)
+    running.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
+    running.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
+    running.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
+    run = sub.add_parser("run", parents=[running], help="validate, plan, run and select; write the best model(s) and records")
     run.add_argument("workflow", type=Path)
-    run.add_argument("--store", type=Path, help="artifact store folder (default: the workflow's cache.dir, $KILN_STORE, ~/.cache/kiln)")
     run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
-    run.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
-    run.add_argument(
-        "--workers",
-        "-j",
-        type=int,
-        help="run up to N jobs at once (timings still run alone; default: one per core, at most 4, as memory allows; with --executor ray the cluster's CPUs)",
-    )
-    run.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
-    run.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
-    run.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
+    optimize_options.add_arguments(sub.add_parser("optimize", parents=[running], help="write a model's workflow for a device, then run it"))
 
     validate = sub.add_parser("validate", help="check workflow files and report every problem at once")
     validate.add_argument("workflows", type=Path, nargs="+")
@@ -132,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return _cmd_run(args)
+    if args.command == "optimize":  # the workflow written and checked, then run as `engine run` runs it
+        args.workflow = optimize_options.prepare(args)
+        return _cmd_run(args) if args.workflow else EXIT_OK
     if args.command == "validate":
         return _cmd_validate(args)
     if args.command == "plan":
@@ -218,7 +219,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(str(error) + olive_hint(file), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
-        notes = _environments(args, resolved)
+        notes = resolved.input.notes + _environments(args, resolved)  # a Hub model to download, ...
         skipped = [f"{t.id} ({t.availability.reason})" for t in resolved.targets.values() if not t.availability.ok]
         note = f"; targets unavailable here: {', '.join(skipped)}" if skipped else ""
         print(f"{file}: valid ({len(resolved.steps)} steps, {len(resolved.targets)} targets, {len(resolved.evaluators)} evaluations){note}")
@@ -258,7 +259,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     resolved = load_workflow(args.workflow)
     _print_code(resolved)
-    for line in _environments(args, resolved):
+    for line in resolved.input.notes + _environments(args, resolved):
         print(line)
     print_plan(explain_plan(resolved, _open_store(args, resolved)), explain_misses=args.explain)
     return EXIT_OK
