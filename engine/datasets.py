@@ -32,7 +32,10 @@ def located(resolved: ResolvedWorkflow, where: str, compute: Callable[[], str]) 
 def input_artifact(resolved: ResolvedWorkflow, store: Store) -> ModelArtifact:
     spec = resolved.input
     extra = {"function": spec.attrs["function"], "kwargs": spec.attrs.get("kwargs", {})} if spec.format == "torch" else None
-    digest = located(resolved, "input.path", lambda: store.cached_digest(spec.path, spec.format, extra))
+    if spec.key:  # a Hub model's commit, trust_remote_code: a folder given by path keeps its digest
+        extra = {**(extra or {}), **spec.key}
+    where = "input.model" if spec.hub is not None else "input.path"
+    digest = located(resolved, where, lambda: store.cached_digest(spec.path, spec.format, extra, spec.files))
     return ModelArtifact(format=spec.format, path=spec.path, digest=digest, attrs=dict(spec.attrs))
 
 

@@ -16,6 +16,12 @@ from engine.results import CandidateResult, Stats
 
 
 class Hooks:
+    def model_download_started(self, model: str, commit: str, files: int) -> None:
+        """The input, a Hugging Face Hub model the cache lacks, is being downloaded (``files``: how many)."""
+
+    def model_download_done(self, model: str, commit: str, seconds: float) -> None:
+        """The input model was downloaded into the Hugging Face cache."""
+
     def environment_started(self, key: str, requirements: list[str]) -> None:
         """A virtual environment a target or step needs is being built (engine.environments)."""
 
@@ -136,6 +142,12 @@ class EventLog(Hooks):
     def write(self, kind: str, **fields: Any) -> None:
         self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")
         self.handle.flush()
+
+    def model_download_started(self, model: str, commit: str, files: int) -> None:
+        self.write("model_download_started", model=model, commit=commit, files=files)
+
+    def model_download_done(self, model: str, commit: str, seconds: float) -> None:
+        self.write("model_download_done", model=model, commit=commit, seconds=round(seconds, 3))
 
     def environment_started(self, key: str, requirements: list[str]) -> None:
         self.write("environment_started", environment=key, requirements=list(requirements))

@@ -70,7 +70,10 @@ def explain_plan(resolved: ResolvedWorkflow, store: Store, plan: Plan | None = N
     """The plan (the full grid unless ``plan`` is given) against what ``store`` holds."""
     store = store.ensure()
     plan = plan or build_plan(resolved)
-    model = input_artifact(resolved, store)
+    if resolved.input.hub is not None and not resolved.input.hub.present:  # engine run downloads it: no digest yet
+        model = ModelArtifact(format=resolved.input.format, path=resolved.input.path, digest="", attrs=dict(resolved.input.attrs))
+    else:
+        model = input_artifact(resolved, store)
     datasets = Datasets(resolved, store, model)
     digests: dict[str, str | None] = {}
     jobs = tuple(_job_status(plan, store, datasets, model, job_id, digests) for job_id in plan.job_order())
@@ -108,7 +111,7 @@ def _job_status(
     plan: Plan, store: Store, datasets: Datasets, model: ModelArtifact, job_id: str, digests: dict[str, str | None]
 ) -> JobStatus:
     job = plan.jobs[job_id]
-    parent = model.digest if job.parent is None else digests.get(job.parent)
+    parent = (model.digest or None) if job.parent is None else digests.get(job.parent)  # "": the input is not downloaded yet
     depth = plan.depth(job_id)
     if parent is None:
         digests[job_id] = None
@@ -135,7 +138,7 @@ def _candidate_statuses(
     out = []
     reference_digest = None
     for candidate in candidates:
-        model_digest = model.digest if not candidate.jobs else digests.get(candidate.jobs[-1])
+        model_digest = (model.digest or None) if not candidate.jobs else digests.get(candidate.jobs[-1])
         if candidate.reference:
             reference_digest = model_digest
         marks = {}

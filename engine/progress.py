@@ -123,6 +123,9 @@ class LiveProgress(Hooks):
                 self.targets[target] = _Counts(task, candidates)
             self._update(self.targets[target])
 
+    def model_download_started(self, model: str, commit: str, files: int) -> None:
+        self._say(f"downloading {escape(model)} (commit {commit[:12]}, {files} files) from the Hugging Face Hub…")
+
     def environment_started(self, key: str, requirements: list[str]) -> None:
         self._say(f"building environment {key[:12]} ({', '.join(requirements)})…")
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engine import registry
+from engine.core.artifact import ModelArtifact
 from engine.core.errors import KilnError
 from engine.core.refs import without_markers
 from engine.hooks import Hooks
@@ -39,6 +40,12 @@ class Progress(Hooks):
 
     def study_opened(self, target: str, study: str, note: str) -> None:
         self._line(f"{escape(target)}: the search {escape(note)}")
+
+    def model_download_started(self, model: str, commit: str, files: int) -> None:
+        self._line(f"downloading {escape(model)} (commit {commit[:12]}, {files} files) from the Hugging Face Hub…")
+
+    def model_download_done(self, model: str, commit: str, seconds: float) -> None:
+        self._line(f"{escape(model)} downloaded in {seconds:.1f} s")
 
     def environment_started(self, key: str, requirements: list[str]) -> None:
         self._line(f"building environment {key[:12]} ({', '.join(requirements)})…")
@@ -234,7 +241,7 @@ def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult],
 
 def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:
     search = status.search
-    console.print(f"[bold]{status.workflow}[/bold]: input {status.input.format} {status.input.digest[:12]} · store {status.store}")
+    console.print(f"[bold]{status.workflow}[/bold]: input {_input_text(status.input)} · store {status.store}")
     budget = [
         f"max_candidates={search.max_candidates}" if search.max_candidates else None,
         f"max_time_s={search.max_time_s:g}" if search.max_time_s else None,
@@ -271,6 +278,12 @@ def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:
             console.print(f"  {candidate.id.split('/')[-1]:>3} {candidate.label}{ref}  " + marks)
     for note in status.dropped:
         console.print(f"[dim]note: {note}[/dim]")
+
+
+def _input_text(model: ModelArtifact) -> str:
+    """The input as the plan names it: its format and digest; a Hub model's repo and commit too."""
+    hub = f"{model.attrs['model']}@{str(model.attrs.get('commit'))[:12]} " if model.attrs.get("model") else ""
+    return f"{model.format} {hub}{model.digest[:12] or '(not downloaded yet: every job below is to run)'}"
 
 
 def _why(changed: tuple[str, ...] | None) -> str:

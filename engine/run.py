@@ -16,7 +16,7 @@ from engine.runner import Runner
 from engine.search import search
 from engine.select import path_bytes
 from engine.store import Store
-from engine.workflow.resolve import ResolvedWorkflow
+from engine.workflow.resolve import ResolvedWorkflow, fetch_input
 
 
 def run_workflow(
@@ -31,6 +31,7 @@ def run_workflow(
     how many jobs at once (None: the executor's default: locally one per core, at most 4 and as
     many as the memory available holds for the input model's size; the cluster's CPUs on Ray)."""
     started = time.perf_counter()
+    fetch_hub_input(resolved, hooks)
     store.ensure().clean_stale_staging()  # what killed runs left half-written
     executor = executor if executor is not None else LocalExecutor(store)
     if workers is None:
@@ -57,6 +58,19 @@ def run_workflow(
     report = runner.report(started)
     select_all(resolved, report.results)
     return report
+
+
+def fetch_hub_input(resolved: ResolvedWorkflow, hooks: Hooks | None) -> None:
+    """Download what the Hugging Face cache lacks of a Hub input model (validate and plan only
+    look); its commit was fixed when the workflow was read, so the run uses the commit they showed."""
+    hub = resolved.input.hub
+    if hub is None or hub.present:
+        return
+    hooks = hooks if hooks is not None else Hooks()
+    hooks.model_download_started(hub.repo_id, hub.commit, len(hub.files))
+    began = time.perf_counter()
+    resolved.input = fetch_input(resolved.input, resolved.file)
+    hooks.model_download_done(hub.repo_id, hub.commit, time.perf_counter() - began)
 
 
 def has_work(runner: Runner) -> bool:

@@ -24,6 +24,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -252,15 +253,16 @@ class Store:
         return removed
 
     # -- digests of user files ----------------------------------------------------------------
-    def cached_digest(self, path: Path, kind: str, extra: dict[str, Any] | None = None) -> str:
+    def cached_digest(self, path: Path, kind: str, extra: dict[str, Any] | None = None, only: Collection[str] | None = None) -> str:
         """``digest_tree(path, kind)`` remembered by the files' names, inodes, sizes, mtimes and
-        ctimes, so a large input model is hashed once, not on every run.
+        ctimes, so a large input model is hashed once, not on every run. ``only``: the relative
+        paths of the folder's files that make the artifact (a Hugging Face cache snapshot may hold
+        files Kiln does not use); None: every file.
 
         A memo entry holds the manifest it was computed from, and the digest is recomputed from
         that manifest on every read: an entry can never name a digest its files did not give."""
         root = Path(path)
-        files = list(iter_files(root))
-        stats = {_relative(root, f): _stamp(f) for f in files}
+        stats = {_relative(root, f): _stamp(f) for f in iter_files(root) if only is None or _relative(root, f) in only}
         stamp = sha256_json({"kind": kind, "root": str(root.resolve()), "stats": stats, "extra": extra or {}})
         entry = self.root / "digests" / f"{stamp}.json"
         try:
@@ -273,7 +275,7 @@ class Store:
             digest = None
         if digest is not None:
             return digest
-        entries = manifest(root)
+        entries = manifest(root, only)
         digest = _memo_digest({"files": entries}, kind, stats, extra)
         assert digest is not None
         write_json_atomic(entry, {"digest": digest, "path": str(root), "files": entries, "stats": stats})

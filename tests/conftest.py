@@ -47,3 +47,18 @@ def tiny_genai(tmp_path_factory: pytest.TempPathFactory) -> TinyGenai:
     """Tiny llama decoders exported by the GenAI model builder (fp32, int4, fp32 without a shared
     past/present buffer), built once per test session (the target and evaluator tests share them)."""
     return build(tmp_path_factory.mktemp("genai"))
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Hugging Face cache of the test's own, offline: HF_HOME and HF_HUB_CACHE point into
+    tmp_path, HF_HUB_OFFLINE=1 (for this process and the engine processes it starts), no token.
+    Returns the cache folder; lay models out in it with ``hub_cache.make_hub_cache``."""
+    cache = tmp_path / "hf" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    return cache

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +120,15 @@ def iter_files(root: Path) -> Iterable[Path]:
         stack.extend(reversed(folders))
 
 
-def manifest(root: Path) -> list[dict[str, Any]]:
-    """Sorted (relative path, size, sha256) of every file: no timestamps, no absolute paths."""
+def manifest(root: Path, only: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Sorted (relative path, size, sha256) of every file: no timestamps, no absolute paths.
+    ``only``: the relative paths to list (the files of a folder that make the artifact); None: all."""
     root = Path(root)
     entries: list[tuple[str, int, str]] = []
     for file in iter_files(root):
         rel = file.name if root.is_file() else file.relative_to(root).as_posix()
+        if only is not None and rel not in only:
+            continue
         entries.append((rel, file.stat().st_size, sha256_file(file)))
     entries.sort()
     return [{"path": rel, "size": size, "sha256": digest} for rel, size, digest in entries]

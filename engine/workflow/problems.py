@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine.core.errors import Problem
 from engine.registry import suggest
+from engine.workflow.hub import mask_tokens
 from engine.workflow.source import Path_, WorkflowSource
 
 
@@ -17,6 +18,7 @@ def _show(value: Any) -> str:
         text = json.dumps(value, default=str)
     except (TypeError, ValueError):
         text = repr(value)
+    text = mask_tokens(text)  # a Hugging Face token is never echoed
     return text if len(text) <= 120 else text[:117] + "..."
 
 

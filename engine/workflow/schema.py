@@ -35,7 +35,7 @@ class _Strict(BaseModel):
 
 
 class InputSpec(_Strict):
-    """The model to optimize. Give exactly one of ``path``, ``package`` or ``factory``."""
+    """The model to optimize. Give exactly one of ``path``, ``package``, ``factory`` or ``model``."""
 
     format: Literal["hf", "onnx", "torch"] = Field(
         description="hf: a Hugging Face folder (config.json + weights + tokenizer); onnx: an .onnx file or a folder holding model.onnx; torch: a PyTorch module built by `factory`."
@@ -48,6 +48,23 @@ class InputSpec(_Strict):
     factory: PathText | None = Field(
         default=None, description="For format torch: 'path/to/file.py:function' returning an nn.Module or (module, example_inputs)."
     )
+    model: str | None = Field(
+        default=None,
+        description=(
+            "A model on the Hugging Face Hub, by repo id (NAME or ORG/NAME), found in the Hugging Face cache (HF_HUB_CACHE, "
+            "else HF_HOME/hub): `engine run` downloads what Kiln needs of it when the cache lacks it (config, tokenizer, "
+            "safetensors weights, else PyTorch .bin; for onnx: the top-level .onnx files); `engine validate` and "
+            "`engine plan` never download. HF_HUB_OFFLINE=1: the cache only. A token comes from the environment only (HF_TOKEN)."
+        ),
+    )
+    revision: str | None = Field(
+        default=None,
+        description="With `model`: a branch, a tag or a commit sha (default main). The commit it resolves to is recorded in workflow.lock.json and enters the input's key.",
+    )
+    trust_remote_code: bool = Field(
+        default=False,
+        description="For format hf: load the model with the Python code its folder ships (a model transformers has no class for). That code runs with your rights; `engine validate` lists it.",
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory function.")
     task: str | None = Field(
         default=None, description="What the model does (feature-extraction, text-classification, image-classification)."
@@ -55,14 +72,22 @@ class InputSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
-        given = [name for name in ("path", "package", "factory") if getattr(self, name)]
+        given = [name for name in INPUT_SOURCES if getattr(self, name)]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, package, factory (given: {', '.join(given) or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(INPUT_SOURCES)} (given: {', '.join(given) or 'none'})")
         if self.factory and self.format != "torch":
             raise ValueError("factory goes with format: torch")
         if self.format == "torch" and not self.factory:
             raise ValueError("format torch needs factory: 'file.py:function'")
+        if self.revision is not None and not self.model:
+            raise ValueError("revision goes with model: (a Hugging Face Hub repo id)")
+        if self.trust_remote_code and self.format != "hf":
+            raise ValueError("trust_remote_code goes with format: hf")
         return self
+
+
+#: where the input model comes from: exactly one of these keys
+INPUT_SOURCES = ("path", "package", "factory", "model")
 
 
 class SearchOption(_Strict):

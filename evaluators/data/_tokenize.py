@@ -92,7 +92,7 @@ def tokenizer_folder(source: str, option: str, input_model: ModelArtifact | None
     return folder
 
 
-def load_tokenizer(source: str, folder: Path) -> Any:
+def load_tokenizer(source: str, folder: Path, trust_remote_code: bool = False) -> Any:
     # Nothing is ever downloaded: the hub is switched off before transformers loads anything.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -101,7 +101,7 @@ def load_tokenizer(source: str, folder: Path) -> Any:
     except ImportError as error:
         raise MissingDependency("transformers", f"the {source} data source") from error
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise source_error(
             source, "tokenizer", f"transformers could not load a tokenizer from the folder: {error}", given=str(folder)
@@ -116,7 +116,9 @@ def tokenize(
     import numpy as np
 
     folder = tokenizer_folder(source, cfg.tokenizer, input_model)
-    tokenizer = load_tokenizer(source, folder)
+    # the input's tokenizer runs its folder's code only when the workflow says so (input.trust_remote_code)
+    remote_code = cfg.tokenizer == "input" and input_model is not None and input_model.attrs.get("trust_remote_code") is True
+    tokenizer = load_tokenizer(source, folder, remote_code)
     padded_with = None
     if tokenizer.pad_token is None:
         # a decoder's tokenizer often has none: pad with its end-of-sequence token, which the

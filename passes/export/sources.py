@@ -33,6 +33,8 @@ EXAMPLE_TEXTS = (
     "Kiln exports this sentence.",
     "A second sentence, longer than the first one, so that the first is padded.",
 )
+#: how hf_source loads a folder: in float32, from its own files (never the Hub), saying which weights were missing
+LOAD_OPTIONS: dict[str, Any] = {"dtype": torch.float32, "local_files_only": True, "output_loading_info": True}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 
 
@@ -82,8 +84,17 @@ def tensor_keys(result: Mapping[str, Any]) -> list[str]:
 # --- Hugging Face folders -------------------------------------------------------------------
 
 
-def hf_source(folder: Path, task: str, attn_implementation: str, outputs: tuple[str, ...] | None) -> ExportSource:
-    """Load a Hugging Face folder for ``task`` with deterministic initialization of missing weights."""
+def remote_code(model: ModelArtifact) -> bool:
+    """Whether the workflow lets transformers run the Python files of the model's folder
+    (``input.trust_remote_code: true``, carried in the model's attrs)."""
+    return model.attrs.get("trust_remote_code") is True
+
+
+def hf_source(
+    folder: Path, task: str, attn_implementation: str, outputs: tuple[str, ...] | None, trust_remote_code: bool = False
+) -> ExportSource:
+    """Load a Hugging Face folder for ``task`` with deterministic initialization of missing weights
+    (with the folder's own code only when ``trust_remote_code``)."""
     import transformers  # heavy (seconds): only Hugging Face inputs need it
 
     classes = {"feature-extraction": transformers.AutoModel, "text-classification": transformers.AutoModelForSequenceClassification}
@@ -93,9 +104,9 @@ def hf_source(folder: Path, task: str, attn_implementation: str, outputs: tuple[
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model, loading = classes[task].from_pretrained(
-                str(folder), attn_implementation=attn_implementation, dtype=torch.float32, local_files_only=True, output_loading_info=True
+                str(folder), attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **LOAD_OPTIONS
             )
-        tokenizer = _load_tokenizer(folder)
+        tokenizer = _load_tokenizer(folder, trust_remote_code)
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
@@ -140,12 +151,12 @@ def hf_source(folder: Path, task: str, attn_implementation: str, outputs: tuple[
     )
 
 
-def _load_tokenizer(folder: Path) -> Any:
+def _load_tokenizer(folder: Path, trust_remote_code: bool) -> Any:
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
     import transformers  # already loaded by hf_source
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
     return tokenizer if tokenizer.pad_token is not None else None
 
 

@@ -160,5 +160,5 @@ class TorchExport(OnnxPass):
                 )
             if not (Path(model.path) / "config.json").is_file():
                 raise ValueError(f"{model.path} is not a Hugging Face folder: it has no config.json")
-            return sources.hf_source(Path(model.path), config.task, config.attn_implementation, config.outputs)
+            return sources.hf_source(Path(model.path), config.task, config.attn_implementation, config.outputs, sources.remote_code(model))
         return sources.factory_source(model, config.input_shapes, dict(config.input_dtypes), config.outputs)

@@ -93,15 +93,16 @@ class DecoderExport(GenaiPass):
         workdir = Path(ctx.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         source, notes = hf_input(model, ctx, self.name)
+        remote_code = model.attrs.get("trust_remote_code") is True  # input.trust_remote_code: the folder's code builds it
         out = Path(ctx.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         with quiet_library() as messages:
             transformers.utils.logging.disable_progress_bar()
             lm = transformers.AutoModelForCausalLM.from_pretrained(
-                str(source), attn_implementation="eager", dtype=torch.float32, local_files_only=True
+                str(source), attn_implementation="eager", dtype=torch.float32, local_files_only=True, trust_remote_code=remote_code
             ).eval()
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(source), local_files_only=True, trust_remote_code=remote_code)
             shape = _decoder.shape_of(lm.config)
             wrapper = _decoder.DecoderWithCache(lm, shape.layers).eval()
             scratch = workdir / "export"

@@ -177,7 +177,7 @@ class OpenVinoConvert(OpenVinoPass):
         if model.format == "hf":
             if not (Path(model.path) / "config.json").is_file():
                 raise ValueError(f"{model.path} is not a Hugging Face folder: it has no config.json")
-            return sources.hf_source(Path(model.path), cfg.task, cfg.attn_implementation, cfg.outputs)
+            return sources.hf_source(Path(model.path), cfg.task, cfg.attn_implementation, cfg.outputs, sources.remote_code(model))
         try:
             return sources.factory_source(model, None, {}, cfg.outputs)
         except ValueError as error:

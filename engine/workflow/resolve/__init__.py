@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from engine.core.errors import InputError, Problem
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.checks import metric_refs, session_name_free
-from engine.workflow.resolve.inputs import WEIGHT_FILES, resolve_input
+from engine.workflow.resolve.inputs import WEIGHT_FILES, fetch_input, resolve_input, token_problems
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel, ResolvedWorkflow, Step, TargetEntry
 from engine.workflow.resolve.parts import parts_of
 from engine.workflow.resolve.search import GRID_CHECK_LIMIT
@@ -30,14 +30,19 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     """Check everything that can be checked without running anything; raise all problems at once."""
     problems: list[Problem] = []
     spec: Workflow | None = None
+    data = source.data
+    tokens, scrubbed = token_problems(data.get("input") if isinstance(data, dict) else None, source)
+    if tokens:  # refused, and the rest checked without them: no message echoes a token
+        problems.extend(tokens)
+        data = {**data, "input": scrubbed}
     try:
-        spec = Workflow.model_validate(source.data)
+        spec = Workflow.model_validate(data)
     except ValidationError as error:
         problems.extend(problems_from_validation(error, source, (), Workflow, "the workflow"))
-    parts = parts_of(source.data if isinstance(source.data, dict) else {})
+    parts = parts_of(data if isinstance(data, dict) else {})
     datasets = resolve_data(parts, source, problems)
     targets = resolve_targets(parts, source, problems)
-    input_model = resolve_input(parts.input, source, problems)
+    input_model = None if tokens else resolve_input(parts.input, source, problems)
     steps = resolve_steps(parts, input_model, source, problems)
     evaluators = resolve_evaluators(parts, source, problems)
     if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known
@@ -95,6 +100,7 @@ __all__ = [
     "Step",
     "TargetEntry",
     "default_store_dir",
+    "fetch_input",
     "load_workflow",
     "resolve",
 ]

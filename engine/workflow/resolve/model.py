@@ -9,6 +9,7 @@ from typing import Any
 from engine.core.config import EnvironmentSpec, StrictConfig, library_versions
 from engine.core.search import SearchDim
 from engine.core.target import Availability, Target
+from engine.workflow.hub import HubModel
 from engine.workflow.schema import Workflow
 
 _MISSING = object()
@@ -18,7 +19,33 @@ _MISSING = object()
 class InputModel:
     format: str
     path: Path
+    #: what steps read of it: ``task``; ``trust_remote_code`` (True, only when set); for a factory
+    #: ``function`` and ``kwargs``; for a package ``package``; for a Hub model ``model`` (the repo
+    #: id), ``revision`` (as asked) and ``commit`` (what it resolved to)
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: a Hugging Face Hub model: where the cache holds it, and whether it does yet (``path`` is
+    #: its snapshot folder; ``engine run`` downloads what it lacks: ``fetch_input``)
+    hub: HubModel | None = None
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """What enters the input's digest besides its files: the commit a Hub model resolved to,
+        and trust_remote_code when set (the folder's code then builds the model). Empty for any
+        other input, whose digest is its files' alone."""
+        key: dict[str, Any] = {"commit": self.hub.commit} if self.hub is not None else {}
+        if self.attrs.get("trust_remote_code"):
+            key["trust_remote_code"] = True
+        return key
+
+    @property
+    def files(self) -> tuple[str, ...] | None:
+        """The files under ``path`` that make the model (a Hub snapshot's, those Kiln uses); None: all."""
+        return self.hub.files if self.hub is not None else None
+
+    @property
+    def notes(self) -> list[str]:
+        """What `engine validate` and `engine plan` tell about the input (a download to come)."""
+        return [self.hub.note] if self.hub is not None and self.hub.note else []
 
 
 @dataclass
