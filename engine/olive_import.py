@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import InputError, Problem
+from engine.olive_chain import task_refused, translate_steps
+from engine.olive_data import translate_data
+from engine.olive_inputs import NO_INPUT, translate_input
 from engine.olive_metrics import translate_evaluators, translate_search
-from engine.olive_passes import PASSES
-from engine.olive_steps import step_options
-from engine.olive_systems import session_settings, translate_targets
+from engine.olive_systems import translate_targets
 
-MODEL_TYPES = ("HfModel", "PyTorchModel", "ONNXModel", "OpenVINOModel")
-KILN_TASKS = ("feature-extraction", "text-classification", "image-classification")
-OPENVINO_PASSES = {"OpenVINOConversion", "OpenVINOQuantization", "OpenVINOWeightCompression"}
+#: Olive's model types, lower-cased: Olive matches them case-insensitively
+MODEL_TYPES = ("hfmodel", "pytorchmodel", "onnxmodel", *NO_INPUT)
 NEVER_RUN = "user code Kiln would have to run; it is never run silently"
+#: how far up from the Olive file a relative path is looked for: recipes are often run from a parent folder
+PARENT_LEVELS = 2
 
 
 @dataclass
@@ -41,21 +43,55 @@ class Context:
     notes: list[str] = field(default_factory=list)
     data: dict[str, dict[str, Any]] = field(default_factory=dict)
     searching: bool = True
-    export: dict[str, Any] = field(default_factory=dict)
-    at: str = (
-        ""  # the Olive key being translated: where a malformed value is reported  # torch_export options from a PyTorchModel's io_config
-    )
+    export: dict[str, Any] = field(default_factory=dict)  # torch_export options from the input model (io_config, load_kwargs)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # evaluations a pass needs (INC's accuracy metric)
+    noted: set[str] = field(default_factory=set)
+    at: str = ""  # the Olive key being translated: where a malformed value is reported
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))
+
+    def note_once(self, topic: str, text: str) -> None:
+        if topic not in self.noted:
+            self.noted.add(topic)
+            self.notes.append(text)
+
+    def full(self, value: str) -> Path:
+        """An Olive path made absolute: beside the Olive file, else in a folder above it that has it
+        (Olive resolves paths from the folder it runs in, and recipes are run from their parent folders)."""
+        if os.path.isabs(value):
+            return Path(value)
+        for level in range(PARENT_LEVELS + 1):
+            base = self.source_dir.joinpath(*[".."] * level)
+            if (base / value).exists():
+                if level:
+                    self.note_once(f"base {level}", f"relative paths found {level} folder(s) above the Olive file, where Olive is run from")
+                return base / value
+        return self.source_dir / value
 
     def path(self, value: str) -> str:
         """An Olive path, relative to the folder the workflow will be written to."""
         full = Path(value) if os.path.isabs(value) else self.source_dir / value
         return Path(os.path.relpath(full.resolve(), self.dest_dir.resolve())).as_posix()
 
+    def locate(self, value: str) -> str:
+        """As ``path``, found where Olive would find it (``full``)."""
+        return Path(os.path.relpath(self.full(value).resolve(), self.dest_dir.resolve())).as_posix()
+
     def exists(self, value: str) -> bool:
-        return (Path(value) if os.path.isabs(value) else self.source_dir / value).exists()
+        return self.full(value).exists()
+
+    @staticmethod
+    def plain(name: str) -> str:
+        return plain(name)
+
+    def evaluation(self, entry: dict[str, Any]) -> str:
+        """Add an evaluation a pass needs; its id (made unique)."""
+        wanted, index = entry["id"], 2
+        while any(e["id"] == entry["id"] for e in self.evaluations):
+            entry["id"], index = f"{wanted}_{index}", index + 1
+        self.evaluations.append(entry)
+        return str(entry["id"])
 
     def dataset(self, name: Any, where: str) -> str:
         """A Kiln dataset for an Olive data config name; an unknown or untranslatable one gets a stand-in."""
@@ -79,7 +115,7 @@ def is_olive_config(data: Any) -> bool:
     if isinstance(passes, dict) and passes and all(_typed(v) for v in passes.values()):
         return True
     model = data.get("input_model")
-    return isinstance(model, dict) and str(model.get("type", "")).lower() in {t.lower() for t in MODEL_TYPES}
+    return isinstance(model, dict) and str(model.get("type", "")).lower() in MODEL_TYPES
 
 
 def _typed(value: Any) -> bool:
@@ -108,20 +144,24 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k in ENGINE_KEYS}}
     ctx.searching = bool(config.get("search_strategy"))
     passes = config.get("passes") or {}
-    kinds = {_pass_type(v) for v in passes.values()}
-    runtime = "onnxruntime-genai" if "ModelBuilder" in kinds else "openvino" if kinds & OPENVINO_PASSES else "onnxruntime"
     workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
     ctx.at = "input_model"
-    workflow["input"] = _input(config.get("input_model"), ctx)
-    _data(config.get("data_configs") or [], ctx)
+    workflow["input"] = translate_input(config.get("input_model"), ctx)
+    translate_data(config.get("data_configs") or [], ctx)
+    workflow["steps"], session = translate_steps(passes, workflow["input"]["format"], ctx)
+    _check_task(workflow, passes, ctx)
+    runtime = _runtime(workflow["steps"])
     targets = translate_targets(config.get("systems") or {}, engine.get("target"), runtime, ctx)
-    workflow["steps"], session = _steps(passes, ctx)
     if session:
         for target in targets:
             if target["runtime"] == "onnxruntime":
                 target.update(session)
     workflow["targets"] = targets
     evaluate, select = translate_evaluators(config.get("evaluators") or {}, engine.get("evaluator"), runtime, ctx)
+    for entry in ctx.evaluations:  # the evaluations a pass judges models by, made unique against the others
+        while any(e["id"] == entry["id"] for e in evaluate):
+            entry["id"] = f"{entry['id']}_pass"
+        evaluate.append(entry)
     workflow["data"] = ctx.data
     workflow["evaluate"], workflow["select"] = evaluate, select
     ctx.at = "search_strategy"
@@ -136,6 +176,33 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
         del workflow["data"]
     order = ("version", "name", "input", "data", "targets", "steps", "evaluate", "select", "search", "output", "cache")
     return Translation({k: workflow[k] for k in order if k in workflow}, ctx.unmapped, ctx.notes)
+
+
+def _runtime(steps: list[dict[str, Any]]) -> str:
+    """The runtime the last step's model runs on: ONNX Runtime GenAI after a genai build, OpenVINO after an
+    OpenVINO conversion (Olive evaluates an OpenVINO model with OpenVINO), else ONNX Runtime."""
+    last = steps[-1]["pass"] if steps else ""
+    if last in ("genai_build", "decoder_export") or any(s["pass"] == "genai_build" for s in steps):
+        return "onnxruntime-genai"
+    if last.startswith(("openvino", "nncf")):
+        return "openvino"
+    return "onnxruntime"
+
+
+def _check_task(workflow: dict[str, Any], passes: dict[str, Any], ctx: Context) -> None:
+    """The input's task goes to the steps that take it from the input; one they refuse is listed, not kept."""
+    model = workflow["input"]
+    task = model.get("task")
+    if task:
+        refused = task_refused(workflow["steps"], task)
+        if refused:
+            del model["task"]
+            ctx.skip("input_model.task", refused)
+    elif model["format"] == "hf" and any(s["pass"] == "torch_export" for s in workflow["steps"]):
+        ctx.notes.append(
+            "input_model.task not given: Olive exports an HfModel as text-generation-with-past (its default); Kiln's torch_export "
+            "exports feature-extraction (AutoModel); decoder_export exports a causal LM with its KV cache"
+        )
 
 
 KNOWN_KEYS = ("input_model", "systems", "data_configs", "evaluators", "engine", "passes", "search_strategy", "workflow_id")
@@ -198,195 +265,6 @@ def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> N
             ctx.skip(where, "Kiln's store is keyed by content and never serves stale results; to reclaim space, delete it")
         else:
             ctx.skip(where, "no Kiln equivalent (Kiln runs locally and writes the chosen model with its records)")
-
-
-def _input(model: Any, ctx: Context) -> dict[str, Any]:
-    if not isinstance(model, dict):
-        ctx.skip("input_model", "missing: Kiln needs an input model")
-        return {"format": "onnx", "path": "model.onnx"}
-    kind, rest = str(model.get("type", "")), {k: v for k, v in model.items() if k != "type"}
-    rest = {**rest, **(rest.pop("config", None) or {})}
-    path = rest.pop("model_path", None)
-    if kind.lower() == "hfmodel":
-        result: dict[str, Any] = {"format": "hf", "path": ctx.path(str(path)) if path else ""}
-        if path and not ctx.exists(str(path)):
-            result["path"] = str(path)
-            ctx.skip("input_model.model_path", f"'{path}' is not a local folder and Kiln never downloads: download it, set input.path")
-    elif kind.lower() == "onnxmodel":
-        result = {"format": "onnx", "path": ctx.path(str(path or "model.onnx"))}
-    elif kind.lower() == "pytorchmodel":
-        result = _torch_input(path, rest, ctx)
-    else:
-        why = "Kiln's inputs are hf, onnx and torch models: convert to ONNX and use ONNXModel" if kind == "OpenVINOModel" else ""
-        ctx.skip("input_model.type", why or f"no Kiln input for Olive's {kind or 'untyped'} model")
-        return {"format": "onnx", "path": ctx.path(str(path or "model.onnx"))}
-    task = rest.pop("task", None)
-    if task in KILN_TASKS:
-        result["task"] = task
-    elif task:
-        ctx.skip("input_model.task", f"Kiln's tasks are {', '.join(KILN_TASKS)}")
-    for key, value in rest.items():
-        if value not in (None, {}, [], False):
-            ctx.skip(f"input_model.{key}", "no Kiln input option for it")
-    return result
-
-
-def _torch_input(path: Any, rest: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    script, loader = rest.pop("model_script", None), rest.pop("model_loader", None)
-    result: dict[str, Any] = {"format": "torch"}
-    if script and loader:
-        result["factory"] = f"{ctx.path(str(script))}:{loader}"
-        ctx.notes.append(f"input.factory runs {loader} from {script} in a worker (as Olive does); Kiln calls it with keywords only")
-    else:
-        ctx.skip("input_model.model_loader", "Kiln's torch input is built by a function: give model_script and model_loader")
-        result["factory"] = "model.py:load_model"
-    if path:
-        ctx.skip("input_model.model_path", "Olive passes it to model_loader; Kiln passes input.kwargs: set kwargs for your loader")
-    rest.pop("script_dir", None)
-    if rest.pop("dummy_inputs_func", None):
-        ctx.skip("input_model.dummy_inputs_func", "Kiln's factory may return (module, example_inputs) instead; " + NEVER_RUN)
-    io_config = rest.pop("io_config", None) or {}
-    names = io_config.get("input_names") or []
-    shapes, types = io_config.get("input_shapes") or [], io_config.get("input_types") or []
-    if names and shapes:
-        ctx.export["input_shapes"] = dict(zip(names, shapes, strict=False))
-    if names and types:
-        ctx.export["input_dtypes"] = dict(zip(names, types, strict=False))
-    if io_config.get("output_names"):
-        ctx.export["outputs"] = list(io_config["output_names"])
-    for key in io_config:
-        if key not in ("input_names", "input_shapes", "input_types", "output_names", "dynamic_axes"):
-            ctx.skip(f"input_model.io_config.{key}", "no Kiln export option for it")
-    if io_config.get("dynamic_axes"):
-        ctx.notes.append("io_config.dynamic_axes: Kiln's export makes the batch axis dynamic (torch_export.dynamic_axes)")
-    return result
-
-
-def _data(configs: list[Any], ctx: Context) -> None:
-    for index, config in enumerate(configs):
-        where = ctx.at = f"data_configs[{index}]"
-        if not isinstance(config, dict):
-            ctx.skip(where, "not a data config object")
-            continue
-        name = plain(str(config.get("name", f"data{index}")))
-        funcs = _user_functions(config)
-        source = _user_data(config, funcs, where, ctx) if funcs else _container(config, where, ctx)
-        if source is not None:
-            ctx.data[name] = source
-
-
-COMPONENTS = ("load_dataset_config", "pre_process_data_config", "post_process_data_config", "dataloader_config")
-
-
-def _user_functions(config: dict[str, Any]) -> list[str]:
-    """The functions of a data config's user_script it would call (component types, *_func)."""
-    if not config.get("user_script"):
-        return []
-    found = [str(config[k]["type"]) for k in COMPONENTS if isinstance(config.get(k), dict) and config[k].get("type")]
-    found += [str(v) for k, v in config.items() if k.endswith("_func") and v]
-    return found or ["its functions"]
-
-
-def _user_data(config: dict[str, Any], funcs: list[str], where: str, ctx: Context) -> dict[str, Any] | None:
-    """A data config whose user_script makes the data → Kiln's ``custom`` data source, which names
-    the one function it calls (nothing runs until the workflow is run)."""
-    script = str(config.get("user_script", ""))
-    if not ctx.exists(script) or funcs == ["its functions"]:
-        ctx.skip(f"{where}.user_script", f"{script}: no data function named, or the file is missing; " + NEVER_RUN)
-        return None
-    load = config.get("load_dataset_config") or {}
-    first = funcs[0]
-    for other in funcs[1:]:
-        ctx.skip(f"{where}: {other}", f"Kiln's custom data source calls one function: fold {other} into {first}")
-    options = {k: v for k, v in (load.get("params") or {}).items() if k not in ("data_dir",)}
-    ctx.notes.append(
-        f"{where}: {script} → Kiln's custom data source, which runs {first}(model, **options) from it when the data is "
-        "read; it must return {input name: array} (or that and labels): adapt it (Olive's registry is not imported)"
-    )
-    return {"source": "custom", "file": ctx.path(script), "function": first, "options": options}
-
-
-def _container(config: dict[str, Any], where: str, ctx: Context) -> dict[str, Any] | None:
-    kind = str(config.get("type") or "")
-    load = config.get("load_dataset_config") or {}
-    pre = config.get("pre_process_data_config") or {}
-    if kind == "DummyDataContainer":
-        shapes = load.get("input_shapes") or [[1, 128]]
-        result = {"source": "synthetic", "samples": int(load.get("max_samples", 32))}
-        if len(shapes[0]) > 1:
-            result["sequence_length"] = int(shapes[0][1])
-        ctx.notes.append(f"{where}: dummy data → synthetic (names, dtypes and shapes are read from the model)")
-        return result
-    if kind in ("HuggingfaceContainer", "TextGenerationContainer"):
-        files = load.get("data_files")
-        file = files if isinstance(files, str) else (files[0] if isinstance(files, list) and len(files) == 1 else None)
-        suffix = Path(str(file)).suffix if file else ""
-        if file and ctx.exists(str(file)) and suffix in (".csv", ".json", ".jsonl", ".txt"):
-            return _local_file(str(file), suffix, pre, config, ctx)
-        ctx.skip(
-            f"{where}.load_dataset_config",
-            "a Hugging Face hub dataset: Kiln never downloads; save it as csv/jsonl/text and point a data source at it",
-        )
-        return None
-    if kind == "RawDataContainer":
-        ctx.skip(f"{where}", "raw binary files: convert them to one .npz (an array per input) and use Kiln's npz source")
-        return None
-    ctx.skip(f"{where}.type", f"no Kiln data source for Olive's {kind or 'untyped'} container")
-    return None
-
-
-def _local_file(file: str, suffix: str, pre: dict[str, Any], config: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    path = ctx.path(file)
-    if suffix == ".txt":
-        result: dict[str, Any] = {"source": "text_lines", "path": path, "tokenizer": "input"}
-    else:
-        result = {"source": "csv" if suffix == ".csv" else "jsonl", "path": path}
-        cols = pre.get("input_cols") or []
-        if cols:
-            result["text_column"] = cols[0]
-        if pre.get("label_col"):
-            result["label_column"] = pre["label_col"]
-    if pre.get("max_length") or pre.get("max_seq_len"):
-        result["max_length"] = int(pre.get("max_length") or pre["max_seq_len"])
-    if pre.get("max_samples"):
-        result["split"] = {"take": "first", "count": int(pre["max_samples"])}
-    return result
-
-
-def _pass_type(value: Any) -> str:
-    first = value[0] if isinstance(value, list) and value else value
-    return str(first.get("type", "")) if isinstance(first, dict) else ""
-
-
-def _steps(passes: dict[str, Any], ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    steps: list[dict[str, Any]] = []
-    session: dict[str, Any] = {}
-    for name, value in passes.items():
-        ctx.at = f"passes.{name}"
-        configs = value if isinstance(value, list) else [value]
-        kind = _pass_type(value)
-        if kind == "OrtSessionParamsTuning":
-            session = session_settings(configs[0], f"passes.{name}", ctx)
-            continue
-        spec = PASSES.get(kind)
-        if spec is None or spec.kiln is None:
-            reason = spec.reason if spec else f"no Kiln pass for Olive's {kind}: the chain goes on without it"
-            ctx.skip(f"passes.{name}", reason)
-            continue
-        step: dict[str, Any] = {"id": plain(name), "pass": spec.kiln}
-        if steps:
-            step["after"] = steps[-1]["id"]
-        config, search = step_options(spec, configs, f"passes.{name}", ctx)
-        if spec.kiln == "ort_fusion" and "model_type" not in config:
-            ctx.notes.append(f"passes.{name}: Olive reads model_type from the model; Kiln's ort_fusion defaults to bert")
-        if spec.kiln == "torch_export":
-            config = {**ctx.export, **config}
-        if config:
-            step["config"] = config
-        if search:
-            step["search"] = search
-        steps.append(step)
-    return steps, session
 
 
 __all__ = ["Translation", "is_olive_config", "translate"]

@@ -8,9 +8,23 @@ from typing import Any
 LATENCY = {"avg": "mean_ms", "p50": "p50_ms", "p90": "p90_ms", "p95": "p95_ms", "p99": "p99_ms", "max": "max_ms", "min": "min_ms"}
 THROUGHPUT = {"avg": "items_per_s"}
 ACCURACY = {"accuracy_score": "top1", "f1_score": "f1_macro"}
+#: Hugging Face evaluate's metrics (Olive's huggingface_metrics backend) Kiln's accuracy evaluator reports
+HF_ACCURACY = {"accuracy": "top1"}
+#: what Olive's per-metric user_config sets that Kiln sets on the target, and where
+TARGET_SETTINGS = {
+    "inference_settings": "Kiln runs every evaluation with the target's session (providers, provider and session options): set them on the target",
+    "io_bind": "Kiln's ONNX Runtime targets bind I/O with io_binding: true",
+    "shared_kv_buffer": "no Kiln evaluator option for it",
+}
 SIZE = {"bytes": "file_bytes"}
 HIGHER_IS_BETTER = {"accuracy": True, "latency": False, "throughput": True, "size_on_disk": False}
 SAMPLERS = {"tpe": "tpe", "random": "random", "sequential": "grid"}
+
+
+def metric_name(name: str) -> str:
+    """A custom metric's name as Kiln's custom evaluator takes it: letters, digits and underscores."""
+    text = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "metric"
+    return f"m_{text}" if text[0].isdigit() else text
 
 
 def _plain(name: str) -> str:
@@ -27,6 +41,13 @@ def translate_evaluators(evaluators: dict[str, Any], chosen: Any, runtime: str, 
     evaluate: list[dict[str, Any]] = []
     ranked: list[tuple[int, str, bool, Any, str]] = []  # priority, kiln metric, higher is better, goal, where
     where = f"evaluators.{name}" if name else "evaluators"
+    for key, value in (evaluator or {}).items():
+        if key != "metrics" and value not in (None, {}, []):
+            kind = f"{value} " if key == "type" else ""
+            ctx.skip(
+                f"{where}.{key}",
+                f"{kind}not carried over: Kiln's evaluations are the metrics (latency, throughput, accuracy, size, custom)",
+            )
     for index, metric in enumerate((evaluator or {}).get("metrics") or []):
         at = ctx.at = f"{where}.metrics[{index}]"
         entry = _metric(metric, at, ctx, ranked)
@@ -45,6 +66,12 @@ def translate_evaluators(evaluators: dict[str, Any], chosen: Any, runtime: str, 
     return evaluate, _select(ranked, ctx)
 
 
+def translate_metric(metric: dict[str, Any], at: str, ctx: Any) -> tuple[dict[str, Any] | None, list[tuple[int, str, bool, Any, str]]]:
+    """One Olive metric as a Kiln evaluation, and its sub-types ranked: (priority, kiln metric, higher is better, goal, where)."""
+    ranked: list[tuple[int, str, bool, Any, str]] = []
+    return _metric(metric, at, ctx, ranked), ranked
+
+
 def _metric(
     metric: dict[str, Any], at: str, ctx: Any, ranked: list[tuple[int, str, bool, Any, str]]
 ) -> dict[str, Any] | None:  # long: one branch per Olive metric type
@@ -59,10 +86,13 @@ def _metric(
         if not (user.get("user_script") and func):
             ctx.skip(f"{at}.user_config", "a custom metric needs user_script and evaluate_func")
             return None
-        names = [_plain(str(s.get("name"))) for s in metric.get("sub_types") or []]
-        config = {"file": ctx.path(str(user["user_script"])), "function": func, "metrics": names}
+        raw = [str(s.get("name")) for s in metric.get("sub_types") or []]
+        names = [metric_name(n) for n in raw]
+        config = {"file": ctx.locate(str(user["user_script"])), "function": func, "metrics": names}
         ctx.notes.append(f"{at}: custom metric → Kiln's custom evaluator; Kiln calls {func}(run, data, **options): adapt its signature")
-        table = {n: n for n in names}
+        table = dict(zip(raw, names, strict=True))
+    elif kind == "accuracy" and metric.get("backend") == "huggingface_metrics":
+        table = HF_ACCURACY
     elif table is None:
         ctx.skip(f"{at}.type", f"no Kiln evaluator for Olive's {kind or 'untyped'} metric")
         return None
@@ -73,7 +103,7 @@ def _metric(
         if key == "batch_size" and kind in ("latency", "throughput", "accuracy"):
             config["batch_size"] = int(value)
         elif key not in ("user_script", "evaluate_func", "metric_func", "script_dir", "data_dir") and value not in (None, {}, False):
-            ctx.skip(f"{at}.user_config.{key}", "no Kiln evaluator option for it")
+            ctx.skip(f"{at}.user_config.{key}", TARGET_SETTINGS.get(key, "no Kiln evaluator option for it"))
     for index, sub in enumerate(metric.get("sub_types") or []):
         _sub_type(sub, kind, eid, table, f"{at}.sub_types[{index}]", config, ctx, ranked)
     if kind == "accuracy" and "data" not in config:

@@ -11,25 +11,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Option = str | tuple[str, Callable[[Any], Any]]
-
-NO_INC = "Kiln has no Intel Neural Compressor pass here; ort_quantize (ONNX Runtime) or nncf_quantize (OpenVINO) quantize to INT8"
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
-
-
-def _qtype(value: Any) -> Any:
-    return {"QInt8": "qint8", "QUInt8": "quint8"}.get(value, _lower(value))
-
-
-def _algorithm(value: Any) -> Any:
-    return "rtn" if value in (None, "DEFAULT", "default", "RTN") else _lower(value)
+from engine.olive_options import (
+    BLOCKWISE,
+    BUILDER_DROPPED,
+    EP_CONTEXT_DROPPED,
+    INC_DEFAULTS,
+    INC_DROPPED,
+    INC_OPTIONS,
+    INT4,
+    INT4_DROPPED,
+    QUANT_DEFAULTS,
+    QUANT_DROPPED,
+    QUANT_OPTIONS,
+    STATIC,
+    Option,
+    keep_io_types,
+    lower,
+    upper,
+)
 
 
 @dataclass(frozen=True)
@@ -41,50 +40,9 @@ class PassSpec:
     data: str | None = None  # the Kiln option an Olive data_config goes to
     static_only: frozenset[str] = frozenset()
     reason: str = ""
+    #: options Kiln cannot carry over, each with why (listed when given a value other than Olive's default)
+    dropped: dict[str, str] = field(default_factory=dict)
 
-
-_QUANT_OPTIONS: dict[str, Option] = {
-    "quant_mode": "mode",
-    "weight_type": ("weight_type", _qtype),
-    "activation_type": ("activation_type", _qtype),
-    "per_channel": "per_channel",
-    "reduce_range": "reduce_range",
-    "quant_format": "quant_format",
-    "calibrate_method": "calibration_method",
-    "op_types_to_quantize": "op_types_to_quantize",
-    "nodes_to_quantize": "nodes_to_quantize",
-    "nodes_to_exclude": "nodes_to_exclude",
-    "extra_options": "extra_options",
-    "quant_preprocess": "preprocess",
-    "WeightSymmetric": "symmetric_weight",
-    "ActivationSymmetric": "symmetric_activation",
-}
-_QUANT_DEFAULTS: dict[str, Any] = {
-    "weight_type": "QInt8",
-    "per_channel": False,
-    "reduce_range": False,
-    "quant_preprocess": True,
-    "nodes_to_exclude": None,
-    "nodes_to_quantize": None,
-    "op_types_to_quantize": None,
-    "extra_options": None,
-    "calibration_providers": None,
-    "save_as_external_data": False,
-    "all_tensors_to_one_file": True,
-    "external_data_name": None,
-    "size_threshold": 1024,
-    "convert_attribute": False,
-}
-_STATIC = frozenset({"quant_format", "calibration_method", "activation_type", "calibration", "symmetric_activation"})
-_INT4: dict[str, Option] = {
-    "block_size": "block_size",
-    "is_symmetric": "is_symmetric",
-    "accuracy_level": "accuracy_level",
-    "nodes_to_exclude": "nodes_to_exclude",
-    "algorithm": ("algorithm", _algorithm),
-    "bits": "bits",
-}
-_INT4_DEFAULTS = {"block_size": 32, "is_symmetric": True, "accuracy_level": None, "nodes_to_exclude": None, "algorithm": None, "bits": 4}
 
 PASSES: dict[str, PassSpec] = {
     "OnnxConversion": PassSpec(
@@ -95,6 +53,7 @@ PASSES: dict[str, PassSpec] = {
             "dynamic": "dynamic_axes",
         },
         {
+            "target_opset": 20,
             "use_dynamo_exporter": False,
             "past_key_value_name": "past_key_values",
             "device": "cpu",
@@ -104,11 +63,13 @@ PASSES: dict[str, PassSpec] = {
             "save_metadata_for_token_generation": False,
             "optimize": True,
             "dynamic": True,
-            "save_as_external_data": False,
-            "all_tensors_to_one_file": True,
-            "external_data_name": None,
-            "size_threshold": 1024,
-            "convert_attribute": False,
+        },
+        {"opset": 20},  # Olive 0.13's default opset; Kiln's is 17
+        dropped={
+            "torch_dtype": "Kiln exports the model in float32: add an fp16 step after the export",
+            "device": "Kiln exports on the CPU",
+            "save_metadata_for_token_generation": "Kiln's torch_export writes the model only (decoder_export writes a genai folder)",
+            "optimize": "Kiln's torch_export always folds constants",
         },
     ),
     "OrtTransformersOptimization": PassSpec(
@@ -136,30 +97,53 @@ PASSES: dict[str, PassSpec] = {
             "force_fp16_inputs": None,
             "use_gqa": False,
             "input_int32": False,
-            "save_as_external_data": False,
-            "all_tensors_to_one_file": True,
         },
     ),
     "OnnxQuantization": PassSpec(
-        "ort_quantize", _QUANT_OPTIONS, {**_QUANT_DEFAULTS, "quant_mode": "static"}, {"mode": "static"}, "calibration", _STATIC
+        "ort_quantize",
+        QUANT_OPTIONS,
+        {**QUANT_DEFAULTS, "quant_mode": "static"},
+        {"mode": "static", "activation_type": "qint8"},
+        "calibration",
+        STATIC,
+        dropped=QUANT_DROPPED,
     ),
     "OnnxDynamicQuantization": PassSpec(
-        "ort_quantize", _QUANT_OPTIONS, {**_QUANT_DEFAULTS, "quant_mode": "dynamic", "quant_format": "QOperator"}, {"mode": "dynamic"}
+        "ort_quantize",
+        QUANT_OPTIONS,
+        {**QUANT_DEFAULTS, "quant_mode": "dynamic", "quant_format": "QOperator"},
+        {"mode": "dynamic"},
+        dropped=QUANT_DROPPED,
     ),
     "OnnxStaticQuantization": PassSpec(
         "ort_quantize",
-        _QUANT_OPTIONS,
-        {**_QUANT_DEFAULTS, "quant_mode": "static", "quant_format": "QDQ", "calibrate_method": "MinMax", "activation_type": "QUInt8"},
-        {"mode": "static"},
+        QUANT_OPTIONS,
+        {**QUANT_DEFAULTS, "quant_mode": "static"},
+        {"mode": "static", "activation_type": "qint8"},  # Olive 0.13's int8 activations; Kiln's default is quint8
         "calibration",
-        _STATIC,
+        STATIC,
+        dropped=QUANT_DROPPED,
     ),
-    "OnnxMatMul4Quantizer": PassSpec("int4_weights", _INT4, _INT4_DEFAULTS),
-    "OnnxBlockWiseRtnQuantization": PassSpec("int4_weights", _INT4, _INT4_DEFAULTS),
+    "OnnxMatMul4Quantizer": PassSpec(
+        "int4_weights",
+        INT4,
+        {"block_size": 32, "is_symmetric": True, "accuracy_level": None, "nodes_to_exclude": None, "algorithm": None, "bits": 4},
+        dropped=INT4_DROPPED,
+    ),
+    "OnnxBlockWiseRtnQuantization": PassSpec(
+        "int4_weights", INT4, BLOCKWISE, {"block_size": 128, "op_types": ["MatMul", "Gather"]}, dropped=INT4_DROPPED
+    ),
+    "OnnxHqqQuantization": PassSpec(
+        "int4_weights",
+        {"block_size": "block_size", "nodes_to_exclude": "nodes_to_exclude"},
+        BLOCKWISE,
+        {"algorithm": "hqq", "block_size": 128},
+        dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
+    ),
     "OnnxFloatToFloat16": PassSpec(
         "fp16",
         {
-            "keep_io_types": "keep_io_types",
+            "keep_io_types": ("keep_io_types", keep_io_types),
             "op_block_list": "op_block_list",
             "node_block_list": "node_block_list",
             "min_positive_val": "min_positive_val",
@@ -174,6 +158,10 @@ PASSES: dict[str, PassSpec] = {
             "node_include_list": None,
         },
         {"min_positive_val": 1e-7, "max_finite_val": 1e4},  # Olive's clamps, not onnxruntime's
+        dropped={
+            "op_include_list": "Kiln's fp16 converts every op but those blocked (op_block_list): list the others there",
+            "node_include_list": "Kiln's fp16 converts every node but those blocked (node_block_list): list the others there",
+        },
     ),
     # onnxslim folds constants, drops dead nodes and fuses patterns with standard ops: the nearest
     # to the onnxscript + onnxoptimizer rewrites Olive's peephole optimizer runs.
@@ -187,23 +175,43 @@ PASSES: dict[str, PassSpec] = {
             "fix_com_microsoft_opset": False,
             "cast_chain_elimination": False,
         },
+        dropped={
+            "onnxscript_optimize": "Kiln's onnx_simplify always runs onnxslim's rewrites",
+            "onnxoptimizer_optimize": "Kiln's onnx_simplify always runs onnxslim's rewrites",
+            "fuse_reshape_operations": "Kiln's onnx_simplify always runs onnxslim's rewrites",
+            "fix_com_microsoft_opset": "no option of Kiln's onnx_simplify for it",
+            "cast_chain_elimination": "onnxslim removes redundant Cast chains itself",
+        },
     ),
     "OpenVINOConversion": PassSpec(
         "openvino_convert",
         {"compress_to_fp16": "compress_to_fp16"},
-        {"model_name": "ov_model", "static": False, "extra_configs": None, "input_shapes": None, "example_input_func": None},
+        {
+            "model_name": "ov_model",
+            "static": False,
+            "extra_configs": None,
+            "input_shapes": None,
+            "example_input_func": None,
+            "output_model": None,
+        },
         {"compress_to_fp16": True},  # Olive's default; Kiln's is false
+        dropped={
+            "model_name": "Kiln names the IR model.xml",
+            "output_model": "Kiln names the IR model.xml",
+            "input_shapes": "Kiln's openvino_convert takes shapes by input name (input_shapes: {name: dims}): Olive's are by position",
+            "static": "Kiln's openvino_convert fixes the shapes given in input_shapes: give them by input name",
+        },
     ),
     "OpenVINOQuantization": PassSpec(
         "nncf_quantize",
-        {"model_type": ("model_type", _lower), "preset": ("preset", _lower), "target_device": ("target_device", _upper)},
+        {"model_type": ("model_type", lower), "preset": ("preset", lower), "target_device": ("target_device", upper)},
         {"model_type": None, "reuse_cache": False, "extra_configs": None, "transform_fn": None, "ignored_scope_type": None},
         {"preset": "performance"},  # Olive's default; Kiln's is mixed
         "calibration",
     ),
     "OpenVINOWeightCompression": PassSpec(
         "nncf_compress_weights",
-        {"target_device": ("target_device", _upper)},
+        {"target_device": ("target_device", upper)},
         {"reuse_cache": False, "extra_args": None, "transform_fn": None, "ignored_scope_type": None, "target_device": None},
         {},
         "dataset",
@@ -211,18 +219,48 @@ PASSES: dict[str, PassSpec] = {
     "ModelBuilder": PassSpec(
         "genai_build",
         {
-            "precision": ("precision", _lower),
+            "precision": ("precision", lower),
             "int4_block_size": "block_size",
             "int4_accuracy_level": "accuracy_level",
             "int4_is_symmetric": "is_symmetric",
             "int4_op_types_to_quantize": "op_types_to_quantize",
+            "int4_algo_config": ("algo_config", lower),
         },
-        {"metadata_only": False, "search": None, "extra_options": None, "int4_block_size": 32, "int4_is_symmetric": True},
+        {
+            "precision": "fp32",
+            "metadata_only": False,
+            "search": None,
+            "extra_options": None,
+            "int4_block_size": 32,
+            "int4_is_symmetric": True,
+        },
+        dropped=BUILDER_DROPPED,
     ),
-    "IncQuantization": PassSpec(None, reason=NO_INC),
-    "IncDynamicQuantization": PassSpec(None, reason=NO_INC),
-    "IncStaticQuantization": PassSpec(None, reason=NO_INC),
+    "IncQuantization": PassSpec(
+        "inc_quantize", INC_OPTIONS, {**INC_DEFAULTS, "approach": "static"}, {"mode": "static"}, "calibration", dropped=INC_DROPPED
+    ),
+    "IncStaticQuantization": PassSpec(
+        "inc_quantize", INC_OPTIONS, {**INC_DEFAULTS, "approach": "static"}, {"mode": "static"}, "calibration", dropped=INC_DROPPED
+    ),
+    "IncDynamicQuantization": PassSpec(
+        "inc_quantize", INC_OPTIONS, {**INC_DEFAULTS, "approach": "dynamic"}, {"mode": "dynamic"}, dropped=INC_DROPPED
+    ),
+    "EPContextBinaryGenerator": PassSpec(
+        "ort_compile",
+        {"embed_context": "embed"},
+        {"embed_context": False, "weight_sharing": False, "provider_options": None, "session_options": None, "disable_cpu_fallback": False},
+        dropped=EP_CONTEXT_DROPPED,
+    ),
 }
+#: Olive matches pass types case-insensitively (olive.package_config): so does the translation
+PASSES_BY_TYPE: dict[str, PassSpec] = {name.lower(): spec for name, spec in PASSES.items()}
+#: the Olive name of each pass type, by its lower-cased spelling
+PASS_NAMES: dict[str, str] = {name.lower(): name for name in PASSES}
+
+
+def pass_spec(kind: str) -> PassSpec | None:
+    return PASSES_BY_TYPE.get(kind.lower())
+
 
 # OrtSessionParamsTuning is no step in Kiln: it becomes the ONNX Runtime targets' searched settings.
 _EXEC_MODE = {0: "sequential", 1: "parallel", "ORT_SEQUENTIAL": "sequential", "ORT_PARALLEL": "parallel"}

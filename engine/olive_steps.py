@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.olive_options import EXTERNAL_DATA, builder_precision, genai_algo
 from engine.olive_passes import SEARCHABLE, PassSpec
 
 
@@ -27,7 +28,7 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
         scope, scope_type = olive.get("ignored_scope"), olive.pop("ignored_scope_type", None) or "names"
         if scope and not isinstance(scope, dict):
             olive["ignored_scope"] = {scope_type: scope if isinstance(scope, list) else [scope]}
-        for key, value in olive.items():
+        for key, value in sorted(olive.items(), key=lambda item: item[0] == "optimization_options"):  # after model_type
             if key in ("type", "config", "disable_search"):
                 continue
             at = f"{where}.{key}" if len(configs) == 1 else f"{where}[{index}].{key}"
@@ -55,26 +56,20 @@ def _option(
     if key in ("data_config", "calibration_data_config") and spec.data:
         config[spec.data] = ctx.dataset(value if isinstance(value, str) else (value or {}).get("name", "data"), at)
         return
-    if key == "compress_config" and isinstance(value, dict) and spec.kiln == "nncf_compress_weights":
-        config.update({k: (v.name if hasattr(v, "name") else v) for k, v in value.items()})
+    if key in EXTERNAL_DATA:
+        if value not in (None, False) and spec.defaults.get(key, object()) != value:
+            ctx.note_once("external data", f"{at}: Kiln writes weights over ~1.8 GB as external data itself (model.onnx.data)")
         return
-    if key == "ignored_scope" and spec.kiln in ("nncf_quantize", "nncf_compress_weights") and value:
-        config["ignored_scope"] = value
+    if _special(spec, key, value, at, config, ctx):
         return
-    if key == "optimization_options" and spec.kiln == "ort_fusion" and isinstance(value, dict):
-        _fusion_options(value, at, config, ctx)
-        return
-    if key == "float16" and value and spec.kiln == "ort_fusion":
-        ctx.skip(at, "Kiln keeps FP16 a pass of its own: add an OnnxFloatToFloat16 pass (fp16) after this one")
-        return
-    if key.endswith("_func") or key in ("user_script", "script_dir"):
+    if key.endswith("_func") or key in ("user_script", "script_dir", "transform_fn"):
         if value:
             ctx.skip(at, "user code Kiln would have to run; it is never run silently")
         return
     mapped = spec.options.get(key)
     if mapped is None:
         if spec.defaults.get(key, object()) != value and not (key not in spec.defaults and value in (None, False)):
-            ctx.skip(at, f"no option of Kiln's {spec.kiln} for it")
+            ctx.skip(at, spec.dropped.get(key) or f"no option of Kiln's {spec.kiln} for it")
         return
     kiln, convert = (mapped, _same) if isinstance(mapped, str) else mapped
     choices = _search_values(value)
@@ -92,8 +87,87 @@ def _option(
             config[kiln] = choices[0]
             ctx.notes.append(f"{at}: no search_strategy, so Olive uses one value: {kiln} = {choices[0]!r}")
         return
-    if value != spec.defaults.get(key, object()) or kiln in spec.fixed:
-        config[kiln] = convert(value)
+    if key in spec.defaults and convert(value) == convert(spec.defaults[key]) and kiln not in spec.fixed:
+        return
+    if isinstance(value, list) and key == "keep_io_types":
+        ctx.notes.append(f"{at}: Olive keeps only {', '.join(map(str, value))} in float32; Kiln's fp16 keeps every input and output")
+    config[kiln] = convert(value)
+
+
+def _special(spec: PassSpec, key: str, value: Any, at: str, config: dict[str, Any], ctx: Any) -> bool:  # long: one branch per option
+    """Options whose value decides how they carry over (not one Kiln option each); True when handled here."""
+    if key == "compress_config" and isinstance(value, dict) and spec.kiln == "nncf_compress_weights":
+        config.update({k: (v.name if hasattr(v, "name") else v) for k, v in value.items()})
+    elif key == "ignored_scope" and spec.kiln in ("nncf_quantize", "nncf_compress_weights"):
+        if value:
+            config["ignored_scope"] = value
+    elif key == "optimization_options" and spec.kiln == "ort_fusion" and isinstance(value, dict):
+        _fusion_options(value, config.get("model_type"), at, config, ctx)
+    elif spec.kiln == "ort_fusion" and key == "model_type" and not value:
+        pass  # empty: Olive reads the model type from the model, as no model_type does
+    elif spec.kiln == "ort_fusion" and key in FUSION_FP16:
+        pass  # float16 and its options: the caller adds an fp16 step after the fusion
+    elif spec.kiln == "genai_build" and key == "precision" and builder_precision(value):
+        ctx.skip(at, str(builder_precision(value)))
+    elif spec.kiln == "genai_build" and key == "int4_op_types_to_quantize" and isinstance(value, list):
+        kept = [op for op in value if op in ("MatMul", "Gather")]
+        if kept != value:
+            left = ", ".join(str(op) for op in value if op not in kept)
+            ctx.skip(at, f"Kiln's genai_build quantizes MatMul and Gather only: {left} stay in float")
+        if kept and kept != ["MatMul"]:
+            config["op_types_to_quantize"] = kept
+    elif spec.kiln == "genai_build" and key == "int4_algo_config":
+        if genai_algo(value) is None:
+            ctx.skip(at, f"{value!r}: {spec.dropped[key]}")
+        elif genai_algo(value) != "default":
+            config["algo_config"] = genai_algo(value)
+    elif spec.kiln == "inc_quantize" and key in ("metric", "tuning_criterion", "quant_level"):
+        pass  # the caller decides between inc_quantize and inc_quantize_accuracy on these
+    elif spec.kiln == "inc_quantize" and key == "approach" and value == "weight_only":
+        pass  # the caller leaves the pass out
+    elif spec.kiln == "inc_quantize" and key == "recipes" and isinstance(value, dict):
+        _inc_recipes(value, at, config, ctx)
+    elif spec.kiln == "inc_quantize" and key == "weight_only_config":
+        pass  # read only with approach weight_only, which is not carried over
+    else:
+        return False
+    return True
+
+
+#: OrtTransformersOptimization's float16 conversion and its options, carried over as an fp16 step
+FUSION_FP16 = ("float16", "keep_io_types", "force_fp32_ops", "force_fp32_nodes", "force_fp16_inputs")
+
+
+def fusion_fp16(olive: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] | None:
+    """The fp16 step's config for OrtTransformersOptimization's float16 (None without it): Olive converts the
+    fused model with onnxruntime's converter, keeping I/O in float32 by default and blocking force_fp32_ops."""
+    if not olive.get("float16"):
+        return None
+    config: dict[str, Any] = {"keep_io_types": bool(olive.get("keep_io_types", True))}
+    if olive.get("force_fp32_ops"):
+        config["op_block_list"] = list(olive["force_fp32_ops"])
+    if olive.get("force_fp32_nodes"):
+        config["node_block_list"] = list(olive["force_fp32_nodes"])
+    if olive.get("force_fp16_inputs"):
+        ctx.skip(f"{where}.force_fp16_inputs", "Kiln's fp16 has no option to force an op's inputs to float16")
+    ctx.notes.append(f"{where}: float16 → an fp16 step after the fusion (onnxruntime's converter, as Olive runs it)")
+    return config
+
+
+def _inc_recipes(recipes: dict[str, Any], at: str, config: dict[str, Any], ctx: Any) -> None:
+    for name, value in recipes.items():
+        if name == "smooth_quant":
+            config["smooth_quant"] = bool(value)
+        elif name == "smooth_quant_args" and isinstance(value, dict):
+            for arg, arg_value in value.items():
+                if arg == "alpha":
+                    config["smooth_quant_alpha"] = float(arg_value)
+                else:
+                    ctx.skip(f"{at}.smooth_quant_args.{arg}", "Kiln's INC passes take SmoothQuant's alpha only")
+        elif name == "graph_optimization_level":
+            config["graph_optimization_level"] = str(value).upper()
+        else:
+            ctx.skip(f"{at}.{name}", "no option of Kiln's INC passes for this recipe")
 
 
 _FUSION = {
@@ -107,16 +181,61 @@ _FUSION = {
 }
 
 
-def _fusion_options(options: dict[str, Any], at: str, config: dict[str, Any], ctx: Any) -> None:
+#: onnxruntime's FusionOptions defaults (onnxruntime.transformers.fusion_options), which Olive starts from
+_FUSION_DEFAULTS = {
+    "enable_gelu": True,
+    "enable_layer_norm": True,
+    "enable_attention": True,
+    "enable_rotary_embeddings": True,
+    "use_multi_head_attention": False,
+    "disable_multi_head_attention_bias": False,
+    "enable_skip_layer_norm": True,
+    "enable_embed_layer_norm": True,
+    "enable_bias_skip_layer_norm": True,
+    "enable_bias_gelu": True,
+    "enable_gelu_approximation": False,
+    "enable_qordered_matmul": True,
+    "enable_shape_inference": True,
+    "enable_gemm_fast_gelu": False,
+    "group_norm_channels_last": True,
+}
+#: the fusions onnxruntime turns on for diffusion models (unet, vae, clip)
+_DIFFUSION = (
+    "enable_nhwc_conv",
+    "enable_group_norm",
+    "enable_skip_group_norm",
+    "enable_bias_splitgelu",
+    "enable_packed_qkv",
+    "enable_packed_kv",
+    "enable_bias_add",
+)
+
+
+def _fusion_default(model_type: str | None, key: str) -> Any:
+    if model_type in ("unet", "vae", "clip") and key in _DIFFUSION:
+        return True
+    if model_type == "clip" and key == "enable_embed_layer_norm":
+        return False
+    return _FUSION_DEFAULTS.get(key, False if key in _DIFFUSION else None)
+
+
+def _fusion_options(options: dict[str, Any], model_type: str | None, at: str, config: dict[str, Any], ctx: Any) -> None:
+    """Olive's optimization_options (onnxruntime's FusionOptions for the model type, updated): what differs from
+    the model type's defaults becomes Kiln's ort_fusion options."""
     for key, value in options.items():
-        if key in _FUSION:
-            if not value:
-                config[_FUSION[key]] = True
-        elif key in ("enable_gelu_approximation", "use_multi_head_attention"):
-            if value:
-                config[key] = True
+        if value == _fusion_default(model_type, key):
+            continue
+        if key in _FUSION and not value:
+            config[_FUSION[key]] = True
+        elif key in ("enable_gelu_approximation", "use_multi_head_attention") and value:
+            config[key] = True
+        elif key == "enable_shape_inference" and not value:
+            config["disable_shape_inference"] = True
         else:
-            ctx.skip(f"{at}.{key}", "no option of Kiln's ort_fusion for it")
+            ctx.skip(
+                f"{at}.{key}",
+                f"{key}: {value!r}: no option of Kiln's ort_fusion for it (onnxruntime's default for {model_type or 'bert'} is kept)",
+            )
 
 
 def _merge_list(

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
     from engine.core.target import TensorSpec
 
-RETURNS = "{input name: array, ...} (first axis the sample), a pair ({input name: array}, labels), or an engine.core.data.Dataset"
+RETURNS = (
+    "{input name: array, ...} (first axis the sample), a pair ({input name: array}, labels), an engine.core.data.Dataset, "
+    "or a sequence of samples, each {input name: array} or ({input name: array}, label) (a torch Dataset, as Olive's data "
+    "functions return)"
+)
 
 
 class Custom(DataSource):
@@ -65,11 +69,37 @@ class Custom(DataSource):
             ) from error
         return self._dataset(made)
 
+    def _stacked(self, samples: Any) -> Any:
+        """A sequence of samples (``{name: array}`` or ``({name: array}, label)``) stacked into arrays."""
+        import numpy as np
+
+        rows: list[dict[str, Any]] = []
+        labels: list[Any] = []
+        for index in range(len(samples)):
+            item = samples[index]
+            if isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[0], dict):
+                item, label = item
+                labels.append(np.asarray(label))
+            if not isinstance(item, dict) or not item:
+                raise source_error(
+                    self.name, "function", f"sample {index} of {self.config.function}() is {type(item).__name__}", expected=RETURNS
+                )
+            rows.append({str(name): np.asarray(value) for name, value in item.items()})
+        if not rows or any(row.keys() != rows[0].keys() for row in rows):
+            raise source_error(self.name, "function", f"{self.config.function}() returned no samples, or samples with different inputs")
+        try:
+            stacked = {name: np.stack([row[name] for row in rows]) for name in rows[0]}
+        except ValueError as error:
+            raise source_error(self.name, "function", f"{self.config.function}() returned samples of different shapes: {error}") from error
+        return (stacked, np.stack(labels)) if len(labels) == len(rows) else stacked
+
     def _dataset(self, made: Any) -> Dataset:
         import numpy as np
 
         if isinstance(made, Dataset):
             return made
+        if not isinstance(made, dict | tuple | str | bytes) and hasattr(made, "__len__") and hasattr(made, "__getitem__"):
+            made = self._stacked(made)
         labels = None
         if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], dict):
             made, labels = made

@@ -30,6 +30,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "bert" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)  # no tensors: never loaded here
     (root / "user_script.py").write_text(
         "def load_model(model_path=None):\n    pass\n\ndef eval_accuracy(model, device, eps):\n    return 1\n\n"
+        "def my_loader(model=None):\n    return {}\n\n"
         "def outputs_of(run, data):\n    return float(len(run.outputs))\n"
     )
     (root / "sst2.csv").write_text("sentence,label\ngood,1\nbad,0\n")
@@ -103,7 +104,15 @@ def test_hf_model_export_fusion_dynamic_int8_with_goals(folder):
     assert steps(t) == [
         ("conversion", "torch_export", {"opset": 17}, {}),
         ("transformers_optimization", "ort_fusion", {"model_type": "bert", "opt_level": 1}, {}),
+        # Olive's float16 converts the fused model (its keep_io_types default: true): an fp16 step of its own
+        ("transformers_optimization_fp16", "fp16", {"keep_io_types": True}, {}),
         ("quantization", "ort_quantize", {"mode": "dynamic", "weight_type": "quint8"}, {"per_channel": [False, True]}),
+    ]
+    assert [s.get("after") for s in t.workflow["steps"]] == [
+        None,
+        "conversion",
+        "transformers_optimization",
+        "transformers_optimization_fp16",
     ]
     assert t.workflow["data"]["sst2"] == {
         "source": "csv",
@@ -118,11 +127,8 @@ def test_hf_model_export_fusion_dynamic_int8_with_goals(folder):
         "constraints": [{"metric": "accuracy.top1", "max_drop": 0.01}, {"metric": "latency.speedup", "min": 1.25}],
     }
     assert t.workflow["search"] == {"sampler": "tpe", "max_candidates": 4, "seed": 0}
-    assert [w for w, _ in t.unmapped] == [
-        "passes.conversion.save_as_external_data",
-        "passes.transformers_optimization.float16",
-        "evaluators.common_evaluator.metrics[0].sub_types[1].name",
-    ]
+    assert [w for w, _ in t.unmapped] == ["evaluators.common_evaluator.metrics[0].sub_types[1].name"]
+    assert any("passes.conversion.save_as_external_data: Kiln writes weights over" in n for n in t.notes)
 
 
 def test_static_and_searched_quantization_with_a_user_script_dataloader(folder):
@@ -157,12 +163,13 @@ def test_static_and_searched_quantization_with_a_user_script_dataloader(folder):
             {},
             {
                 "mode": ["dynamic", "static"],
+                # Olive 0.13's static defaults: int8 activations (Kiln's default is quint8), QDQ (Kiln's too)
+                "activation_type": {"values": ["qint8"], "when": {"mode": "static"}},
                 "calibration": {"values": ["calib"], "when": {"mode": "static"}},
-                "quant_format": {"values": ["QDQ"], "when": {"mode": "static"}},
                 "calibration_method": {"values": ["Entropy"], "when": {"mode": "static"}},
             },
         ),
-        ("static", "ort_quantize", {"mode": "static", "calibration": "user_data", "per_channel": True}, {}),
+        ("static", "ort_quantize", {"mode": "static", "activation_type": "qint8", "calibration": "user_data", "per_channel": True}, {}),
     ]
     assert t.workflow["data"] == {
         "calib": {"source": "synthetic", "samples": 8, "sequence_length": 16},
@@ -202,7 +209,7 @@ def test_int4_fp16_peephole_on_cuda_and_a_hub_dataset(folder):
     assert steps(t) == [
         ("peephole", "onnx_simplify", {}, {}),
         ("int4", "int4_weights", {"block_size": 128, "is_symmetric": False, "accuracy_level": 4}, {}),
-        ("rtn", "int4_weights", {}, {}),
+        ("rtn", "int4_weights", {"block_size": 32, "op_types": ["MatMul", "Gather"]}, {}),  # Olive quantizes Gather too
         ("fp16", "fp16", {"min_positive_val": 1e-7, "max_finite_val": 1e4, "keep_io_types": True}, {}),
     ]
     assert [s.get("after") for s in t.workflow["steps"]] == [None, "peephole", "int4", "rtn"]
@@ -302,7 +309,8 @@ def test_pytorch_model_inc_custom_metric_and_unknown_pass(folder):
     ]
     t = roundtrip(folder, config, "torch")
     assert t.workflow["name"] == "resnet_ptq"
-    assert t.workflow["input"] == {"format": "torch", "factory": "../user_script.py:load_model"}
+    # Olive passes model_path to the loader: Kiln passes it by the name of the loader's first parameter
+    assert t.workflow["input"] == {"format": "torch", "factory": "../user_script.py:load_model", "kwargs": {"model_path": "weights.pt"}}
     assert steps(t) == [
         (
             "conversion",
@@ -310,9 +318,10 @@ def test_pytorch_model_inc_custom_metric_and_unknown_pass(folder):
             {"input_shapes": {"x": [1, 3, 8, 8]}, "input_dtypes": {"x": "float32"}, "outputs": ["y"], "opset": 17},
             {},
         ),
+        ("inc", "inc_quantize", {"mode": "static", "calibration": "calibration"}, {}),
         ("dyn", "ort_quantize", {"mode": "dynamic"}, {"per_channel": [False, True]}),
     ]
-    assert t.workflow["steps"][1]["after"] == "conversion"
+    assert t.workflow["steps"][2]["after"] == "inc"
     assert t.workflow["evaluate"] == [
         {
             "id": "acc",
@@ -324,8 +333,8 @@ def test_pytorch_model_inc_custom_metric_and_unknown_pass(folder):
         "objective": {"metric": "acc.accuracy_custom", "goal": "max"},
         "constraints": [{"metric": "acc.accuracy_custom", "min": 0.9}],
     }
-    assert [w for w, _ in t.unmapped] == ["input_model.model_path", "input_model.dummy_inputs_func", "passes.inc", "passes.mystery"]
-    assert "Intel Neural Compressor" in dict(t.unmapped)["passes.inc"]
+    assert [w for w, _ in t.unmapped] == ["input_model.model_path", "input_model.dummy_inputs_func", "passes.mystery"]
+    assert "is not there" in dict(t.unmapped)["input_model.model_path"]
     assert "SomeFuturePass" in dict(t.unmapped)["passes.mystery"]
 
 
@@ -338,10 +347,18 @@ def test_model_builder_and_a_hub_model(folder):
     t = roundtrip(folder, config, "genai")
     assert steps(t) == [("builder", "genai_build", {"precision": "int4", "block_size": 64}, {})]
     assert t.workflow["targets"] == [{"id": "genai-cpu", "runtime": "onnxruntime-genai", "device": "cpu"}]
-    hub = translate({**config, "input_model": {"type": "HfModel", "model_path": "microsoft/Phi-3-mini-4k-instruct"}}, folder / "hub.json")
-    assert hub.workflow["input"]["path"] == "microsoft/Phi-3-mini-4k-instruct"
-    assert [w for w, _ in hub.unmapped] == ["input_model.model_path"]
-    assert "never downloads" in hub.unmapped[0][1]
+    hub_model = {"type": "hfmodel", "model_path": "microsoft/Phi-3-mini-4k-instruct", "load_kwargs": {"trust_remote_code": True}}
+    hub = translate(
+        {**config, "input_model": {**hub_model, "load_kwargs": {"trust_remote_code": True, "revision": "v1"}}}, folder / "hub.json"
+    )
+    # a Hub id is the Hub model (engine run fetches it into the Hugging Face cache), with Olive's load_kwargs that Kiln has
+    assert hub.workflow["input"] == {
+        "format": "hf",
+        "model": "microsoft/Phi-3-mini-4k-instruct",
+        "revision": "v1",
+        "trust_remote_code": True,
+    }
+    assert hub.unmapped == []
 
 
 def test_import_olive_cli_writes_the_workflow_and_refuses_bad_input(folder, capsys):
@@ -411,6 +428,6 @@ def test_an_olive_config_of_the_wrong_shape_is_refused_with_every_place(folder, 
 
 def test_a_pass_that_needs_data_and_names_none_gets_a_named_stand_in(folder):
     t = roundtrip(folder, olive(folder, {"s": {"type": "OnnxStaticQuantization"}}), "nodata")
-    assert steps(t) == [("s", "ort_quantize", {"mode": "static", "calibration": "calibration"}, {})]
+    assert steps(t) == [("s", "ort_quantize", {"mode": "static", "activation_type": "qint8", "calibration": "calibration"}, {})]
     assert t.workflow["data"] == {"calibration": {"source": "synthetic", "samples": 32}}
     assert t.notes == ["passes.s.data_config: dataset 'calibration' is a synthetic stand-in; replace it with your data"]

@@ -1,0 +1,86 @@
+"""Why an Olive pass Kiln has no pass for is not carried over: one reason per family of Olive passes."""
+
+from __future__ import annotations
+
+#: why an Olive pass Kiln has no pass for is not carried over, by family (lower-cased type → reason)
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "Olive's named rewrites of the ONNX graph (graph surgeons): Kiln has no pass that applies them": ("graphsurgeries",),
+    "quantizes the PyTorch model's weights before export: Kiln quantizes ONNX weights instead (int4_weights: "
+    "algorithm rtn, hqq or gptq; genai_build: precision int4)": (
+        "gptq",
+        "gptqmodel",
+        "gptqquantizer",
+        "rtn",
+        "autoawqquantizer",
+        "selectivemixedprecision",
+        "mixedprecisionoverrides",
+        "autoclip",
+    ),
+    "rotates or prunes the PyTorch model's weights: Kiln has no such pass": ("quarot", "spinquant", "slicegpt", "sparsegpt"),
+    "fine-tunes the model (adapters): Kiln does not train": (
+        "lora",
+        "qlora",
+        "loftq",
+        "dora",
+        "loha",
+        "lokr",
+        "sdlora",
+        "extractadapters",
+        "mergeadapterweights",
+    ),
+    "a vendor toolchain's pass (AMD Quark / Vitis AI / Ryzen AI, Qualcomm QNN / QAIRT, NVIDIA ModelOpt, AIMET): "
+    "Kiln does not drive these toolchains": (
+        "quarkquantization",
+        "quarkquantizationvitisai",
+        "vitisgeneratemodelllm",
+        "vitisgeneratemodelsd",
+        "vitisaiaddmetadata",
+        "ryzengeneratemodelllm",
+        "qnnpreprocess",
+        "qnnconversion",
+        "qnnmodellibgenerator",
+        "qnncontextbinarygenerator",
+        "qairtpreparation",
+        "qairtgenaibuilder",
+        "qairtencapsulation",
+        "qairtmha2sha",
+        "qairtpipelinepass",
+        "nvmodeloptquantization",
+        "nvmodeloptgraphsurgery",
+        "aimetquantization",
+    ),
+    "splits, composes or re-shapes models for a static-shape NPU runtime: Kiln has no such pass": (
+        "staticllm",
+        "splitmodel",
+        "capturesplitinfo",
+        "composeonnxmodels",
+        "capturelayerannotations",
+        "dynamictofixedshape",
+        "inputnchwtonhwc",
+    ),
+    "packages an OpenVINO model for ONNX Runtime's OpenVINO provider or rewrites its I/O: Kiln runs OpenVINO IR on the openvino target": (
+        "openvinoencapsulation",
+        "openvinoioupdate",
+    ),
+    "converts with optimum-intel (the whole Hugging Face pipeline): Kiln's openvino_convert converts the one model": (
+        "openvinooptimumconversion",
+        "optimumconversion",
+        "optimummerging",
+    ),
+    "rewrites MatMulNBits into QuantizeLinear/DequantizeLinear for NPUs: Kiln has no such pass": ("matmulnbitstoqdq",),
+    "k-quant ONNX weight quantization: Kiln's int4_weights does rtn, hqq or gptq (genai_build: algo_config k_quant)": (
+        "onnxkquantquantization",
+        "kquant",
+    ),
+    "writes Olive's metadata into the model: Kiln records what made a model in its records": ("addolivemetadata",),
+    "AI Toolkit's script pass (runs its own Python): Kiln has no such pass": ("aitkpython",),
+    "builds with Mobius (ONNX Runtime GenAI's multi-component builder): Kiln's genai_build builds decoders": ("mobiusbuilder",),
+}
+PASS_REASONS: dict[str, str] = {kind: reason for reason, kinds in _FAMILIES.items() for kind in kinds}
+
+
+def missing_pass_reason(kind: str) -> str:
+    """Why an Olive pass Kiln has no pass for is not carried over."""
+    family = PASS_REASONS.get(kind.lower())
+    head = f"no Kiln pass for Olive's {kind or 'untyped pass'}"
+    return f"{head}: {family}; the chain goes on without it" if family else f"{head}: the chain goes on without it"
