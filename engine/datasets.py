@@ -32,8 +32,8 @@ def located(resolved: ResolvedWorkflow, where: str, compute: Callable[[], str]) 
 def input_artifact(resolved: ResolvedWorkflow, store: Store) -> ModelArtifact:
     spec = resolved.input
     extra = {"function": spec.attrs["function"], "kwargs": spec.attrs.get("kwargs", {})} if spec.format == "torch" else None
-    if spec.key:  # a Hub model's commit, trust_remote_code: a folder given by path keeps its digest
-        extra = {**(extra or {}), **spec.key}
+    if spec.digest_extra:  # a Hub model's commit, trust_remote_code: a folder given by path keeps its digest
+        extra = {**(extra or {}), **spec.digest_extra}
     where = "input.model" if spec.hub is not None else "input.path"
     digest = located(resolved, where, lambda: store.cached_digest(spec.path, spec.format, extra, spec.files))
     return ModelArtifact(format=spec.format, path=spec.path, digest=digest, attrs=dict(spec.attrs))

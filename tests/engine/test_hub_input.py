@@ -119,7 +119,7 @@ def test_a_folder_given_by_path_keeps_the_digest_of_its_files(tmp_path, offline_
     workflow = minilm_workflow()
     workflow["input"] = {"format": "hf", "path": str(snapshot), "task": "feature-extraction"}
     resolved = load_workflow(write_workflow(tmp_path, workflow))
-    assert resolved.input.key == {} and resolved.input.files is None and resolved.input.hub is None
+    assert resolved.input.digest_extra == {} and resolved.input.files is None and resolved.input.hub is None
     assert input_artifact(resolved, Store(tmp_path / "store")).digest == digest_tree(snapshot, "hf")
     assert hub_digest(tmp_path, tmp_path / "store") != digest_tree(snapshot, "hf")
 
@@ -144,11 +144,24 @@ def test_trust_remote_code_lists_the_code_and_enters_the_key(tmp_path, offline_h
     path = write_workflow(tmp_path / "w2", minilm_workflow(trust_remote_code=True))
     trusted = load_workflow(path)
     assert trusted.input.attrs["trust_remote_code"] is True and "modeling_custom.py" in trusted.input.files
-    assert trusted.input.key == {"commit": COMMIT_A, "trust_remote_code": True}
+    assert trusted.input.digest_extra == {"commit": COMMIT_A, "trust_remote_code": True}
     done = cli_run("validate", str(path))
     assert done.returncode == 0, done.stderr
     assert "runs code from 1 file" in done.stdout
     assert f"input.trust_remote_code: {snapshot / 'modeling_custom.py'} (remote code of the Hub model)" in done.stdout
+
+
+def test_trust_remote_code_on_a_local_folder_lists_its_python_files(tmp_path, offline_hub):
+    folder = tmp_path / "model"
+    shutil.copytree(minilm_folder(), folder)
+    (folder / "modeling_custom.py").write_text("")
+    workflow = minilm_workflow()
+    workflow["input"] = {"format": "hf", "path": "model", "task": "feature-extraction", "trust_remote_code": True}
+    resolved = load_workflow(write_workflow(tmp_path, workflow))
+    assert [use.render() for use in code_of(resolved)] == [
+        f"input.trust_remote_code: {folder / 'modeling_custom.py'} (remote code of the model folder)"
+    ]
+    assert resolved.input.digest_extra == {"trust_remote_code": True}
 
 
 def test_trust_remote_code_needs_format_hf(tmp_path, offline_hub):
@@ -286,6 +299,21 @@ def test_run_downloads_only_what_kiln_uses_and_names_the_commit_by_its_revision(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     again = load_workflow(resolved.file)
     assert again.input.attrs["commit"] == COMMIT_B and again.input.hub.present
+
+
+def test_a_download_that_fails_is_refused_at_input_model(tmp_path, online_hub, monkeypatch):
+    import httpx2
+
+    def cut(repo_id: str, **options: object) -> str:
+        raise httpx2.ReadTimeout("the read operation timed out")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", cut)
+    resolved = load_workflow(write_workflow(tmp_path, minilm_workflow()))
+    with pytest.raises(InputError) as error:
+        fetch_input(resolved.input, resolved.file)
+    (problem,) = error.value.problems
+    assert problem.where == "input.model" and "could not be downloaded: the read operation timed out" in problem.message
+    assert f"hf download {REPO} --revision {COMMIT_B}" in problem.hint
 
 
 def test_a_cached_commit_is_not_asked_of_the_hub(tmp_path, online_hub, offline_hub):

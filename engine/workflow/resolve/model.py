@@ -28,14 +28,14 @@ class InputModel:
     hub: HubModel | None = None
 
     @property
-    def key(self) -> dict[str, Any]:
+    def digest_extra(self) -> dict[str, Any]:
         """What enters the input's digest besides its files: the commit a Hub model resolved to,
         and trust_remote_code when set (the folder's code then builds the model). Empty for any
         other input, whose digest is its files' alone."""
-        key: dict[str, Any] = {"commit": self.hub.commit} if self.hub is not None else {}
+        extra: dict[str, Any] = {"commit": self.hub.commit} if self.hub is not None else {}
         if self.attrs.get("trust_remote_code"):
-            key["trust_remote_code"] = True
-        return key
+            extra["trust_remote_code"] = True
+        return extra
 
     @property
     def files(self) -> tuple[str, ...] | None:
