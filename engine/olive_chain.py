@@ -48,7 +48,10 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
         configs = value if isinstance(value, list) else [value]
         kind = pass_type(value)
         if kind.lower() == "ortsessionparamstuning":
-            session = session_settings(configs[0], where, ctx)
+            tuning = {k: v for k, v in configs[0].items() if k != "data_config"}
+            if configs[0].get("data_config"):
+                ctx.notes.append(f"{where}.data_config: Kiln times the session settings on the latency evaluation's data")
+            session = session_settings(tuning, where, ctx)
             continue
         spec = pass_spec(kind)
         if spec is None or spec.kiln is None:
@@ -133,7 +136,10 @@ def _drop_refused(cls: Any, config: dict[str, Any], where: str, ctx: Any) -> Non
         if not refused:
             return
         for option, message in refused.items():
-            ctx.skip(f"{where}.{option}", f"{config.pop(option)!r} is not a value Kiln's {cls.name} takes for {option}: {message}")
+            ctx.skip(
+                f"{where}.{option}",
+                f"{config.pop(option)!r} is not a value Kiln's {cls.name} takes for {option} ({message}): left out, so its default applies",
+            )
 
 
 def task_refused(steps: list[dict[str, Any]], task: str) -> str | None:

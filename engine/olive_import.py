@@ -46,6 +46,7 @@ class Context:
     export: dict[str, Any] = field(default_factory=dict)  # torch_export options from the input model (io_config, load_kwargs)
     evaluations: list[dict[str, Any]] = field(default_factory=list)  # evaluations a pass needs (INC's accuracy metric)
     noted: set[str] = field(default_factory=set)
+    dtype: str | None = None  # the dtype Olive loads a Hugging Face model in (load_kwargs.torch_dtype)
     at: str = ""  # the Olive key being translated: where a malformed value is reported
 
     def skip(self, where: str, reason: str) -> None:
@@ -115,7 +116,10 @@ def is_olive_config(data: Any) -> bool:
     if isinstance(passes, dict) and passes and all(_typed(v) for v in passes.values()):
         return True
     model = data.get("input_model")
-    return isinstance(model, dict) and str(model.get("type", "")).lower() in MODEL_TYPES
+    if not isinstance(model, dict):
+        return False
+    # an Olive model type, or any input model (untyped, another type) beside Olive's passes
+    return str(model.get("type", "")).lower() in MODEL_TYPES or (isinstance(passes, dict) and bool({"type", "model_path"} & set(model)))
 
 
 def _typed(value: Any) -> bool:
@@ -149,7 +153,7 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
     workflow["input"] = translate_input(config.get("input_model"), ctx)
     translate_data(config.get("data_configs") or [], ctx)
     workflow["steps"], session = translate_steps(passes, workflow["input"]["format"], ctx)
-    _check_task(workflow, passes, ctx)
+    _check_input(workflow, ctx)
     runtime = _runtime(workflow["steps"])
     targets = translate_targets(config.get("systems") or {}, engine.get("target"), runtime, ctx)
     if session:
@@ -189,20 +193,30 @@ def _runtime(steps: list[dict[str, Any]]) -> str:
     return "onnxruntime"
 
 
-def _check_task(workflow: dict[str, Any], passes: dict[str, Any], ctx: Context) -> None:
-    """The input's task goes to the steps that take it from the input; one they refuse is listed, not kept."""
+def _check_input(workflow: dict[str, Any], ctx: Context) -> None:
+    """What of the input depends on the steps that read it: the task goes to the steps that take it from
+    the input (one they refuse is listed, not kept); Olive's load dtype matters only to an export."""
     model = workflow["input"]
     task = model.get("task")
+    exports = [s["pass"] for s in workflow["steps"] if not s.get("after") and s["pass"] in ("torch_export", "openvino_convert")]
     if task:
         refused = task_refused(workflow["steps"], task)
         if refused:
             del model["task"]
             ctx.skip("input_model.task", refused)
-    elif model["format"] == "hf" and any(s["pass"] == "torch_export" for s in workflow["steps"]):
-        ctx.notes.append(
-            "input_model.task not given: Olive exports an HfModel as text-generation-with-past (its default); Kiln's torch_export "
-            "exports feature-extraction (AutoModel); decoder_export exports a causal LM with its KV cache"
+    elif model["format"] == "hf" and "torch_export" in exports:
+        ctx.skip(
+            "input_model.task",
+            "not given: Olive exports an HfModel as text-generation-with-past (its default task), with its LM head and past "
+            "key values; Kiln's torch_export exports feature-extraction (AutoModel); decoder_export exports a causal LM with its KV cache",
         )
+    if ctx.dtype and exports:
+        ctx.skip(
+            "input_model.load_kwargs.torch_dtype",
+            f"Kiln's {exports[0]} loads the model in float32 ({ctx.dtype} not carried): add an fp16 step",
+        )
+    elif ctx.dtype:
+        ctx.notes.append(f"input_model.load_kwargs.torch_dtype {ctx.dtype}: no step here loads the PyTorch model for its weights' type")
 
 
 KNOWN_KEYS = ("input_model", "systems", "data_configs", "evaluators", "engine", "passes", "search_strategy", "workflow_id")
@@ -261,6 +275,8 @@ def _engine(engine: dict[str, Any], workflow: dict[str, Any], ctx: Context) -> N
             continue
         elif key == "plot_pareto_frontier":
             ctx.notes.append("Kiln marks the Pareto front in candidates.json and plots it in report.html")
+        elif key == "no_artifacts":
+            ctx.skip(where, "Kiln always writes the chosen model with its records (candidates.json, report.html)")
         elif key in ("clean_cache", "clean_evaluation_cache"):
             ctx.skip(where, "Kiln's store is keyed by content and never serves stale results; to reclaim space, delete it")
         else:

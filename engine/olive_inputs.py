@@ -122,10 +122,7 @@ def _hf_input(path: str | None, rest: dict[str, Any], ctx: Any) -> dict[str, Any
         ctx.skip("input_model.load_kwargs.attn_implementation", f"Kiln's export loads with eager or sdpa attention, not {attn!r}")
     dtype = load.pop("torch_dtype", None)
     if dtype not in (None, "float32", "auto"):
-        ctx.skip(
-            "input_model.load_kwargs.torch_dtype",
-            f"Kiln loads Hugging Face models in float32 to export them ({dtype} not carried): the steps' precision decides",
-        )
+        ctx.dtype = str(dtype)  # listed where a step exports the model (olive_import)
     for name, value in load.items():
         if value not in (None, {}, [], False):
             ctx.skip(f"input_model.load_kwargs.{name}", "no Kiln input option for it")

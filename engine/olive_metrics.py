@@ -41,13 +41,17 @@ def translate_evaluators(evaluators: dict[str, Any], chosen: Any, runtime: str, 
     evaluate: list[dict[str, Any]] = []
     ranked: list[tuple[int, str, bool, Any, str]] = []  # priority, kiln metric, higher is better, goal, where
     where = f"evaluators.{name}" if name else "evaluators"
-    for key, value in (evaluator or {}).items():
-        if key != "metrics" and value not in (None, {}, []):
-            kind = f"{value} " if key == "type" else ""
-            ctx.skip(
-                f"{where}.{key}",
-                f"{kind}not carried over: Kiln's evaluations are the metrics (latency, throughput, accuracy, size, custom)",
-            )
+    if isinstance(evaluator, dict) and evaluator.get("type"):  # an evaluator of its own kind (LMEvaluator, MTEBEvaluator...)
+        tasks = ", ".join(map(str, evaluator.get("tasks") or []))
+        ctx.skip(
+            where,
+            f"{evaluator['type']}{f' ({tasks})' if tasks else ''}: Kiln has no such evaluator; its evaluations are latency, "
+            "throughput, accuracy, size, perplexity, generation and custom metrics",
+        )
+    else:
+        for key, value in (evaluator or {}).items():
+            if key != "metrics" and value not in (None, {}, []):
+                ctx.skip(f"{where}.{key}", "no Kiln evaluation option for it")
     for index, metric in enumerate((evaluator or {}).get("metrics") or []):
         at = ctx.at = f"{where}.metrics[{index}]"
         entry = _metric(metric, at, ctx, ranked)

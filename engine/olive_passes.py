@@ -221,7 +221,7 @@ PASSES: dict[str, PassSpec] = {
         {
             "precision": ("precision", lower),
             "int4_block_size": "block_size",
-            "int4_accuracy_level": "accuracy_level",
+            "int4_accuracy_level": ("accuracy_level", lambda v: v or None),  # 0: unset
             "int4_is_symmetric": "is_symmetric",
             "int4_op_types_to_quantize": "op_types_to_quantize",
             "int4_algo_config": ("algo_config", lower),
@@ -233,6 +233,7 @@ PASSES: dict[str, PassSpec] = {
             "extra_options": None,
             "int4_block_size": 32,
             "int4_is_symmetric": True,
+            "int4_accuracy_level": None,
         },
         dropped=BUILDER_DROPPED,
     ),

@@ -25,6 +25,8 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
     search: dict[str, Any] = {}
     for index, olive in enumerate(configs):
         olive = {**olive, **(olive.get("config") or {})}
+        if spec.kiln == "genai_build" and isinstance(olive.get("extra_options"), dict):
+            olive = _builder_extra(olive, where, ctx)
         scope, scope_type = olive.get("ignored_scope"), olive.pop("ignored_scope_type", None) or "names"
         if scope and not isinstance(scope, dict):
             olive["ignored_scope"] = {scope_type: scope if isinstance(scope, list) else [scope]}
@@ -152,6 +154,15 @@ def fusion_fp16(olive: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
         ctx.skip(f"{where}.force_fp16_inputs", "Kiln's fp16 has no option to force an op's inputs to float16")
     ctx.notes.append(f"{where}: float16 → an fp16 step after the fusion (onnxruntime's converter, as Olive runs it)")
     return config
+
+
+def _builder_extra(olive: dict[str, Any], where: str, ctx: Any) -> dict[str, Any]:
+    """ModelBuilder's extra_options are more of the builder's own options, given last (Olive passes them
+    over the named ones): read as options of the pass; the output file's name is Kiln's (model.onnx)."""
+    extra = dict(olive.pop("extra_options"))
+    if extra.pop("filename", None):
+        ctx.notes.append(f"{where}.extra_options.filename: Kiln names the built model model.onnx in the genai folder")
+    return {**olive, **extra}
 
 
 def _inc_recipes(recipes: dict[str, Any], at: str, config: dict[str, Any], ctx: Any) -> None:
