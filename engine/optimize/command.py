@@ -37,11 +37,12 @@ RUNTIMES = {
 }
 DEFAULT_PRECISION = {"cpu": "int8", "gpu": "fp16", "npu": "int8"}
 HEADER = "# Written by `engine optimize`"
+COMMAND = "engine optimize"  # where a problem with the command's options is said to be
 DIGEST = "\n# digest: sha256:"
 
 
 def _bad(where: str, message: str, given: str, expected: str | None = None, hint: str | None = None) -> InputError:
-    return InputError([Problem(where=where, message=message, expected=expected, given=given, hint=hint)])
+    return InputError([Problem(where=where, message=message, expected=expected, given=given, hint=hint, file=COMMAND)])
 
 
 def default_provider(device: str) -> str:
@@ -63,18 +64,28 @@ def _provider(device: str, given: str | None) -> str:
     return key
 
 
-def _refusal(facts: ModelFacts, provider: str, precision: str, device: str) -> str | None:
-    """Why this model, provider and precision make no workflow, or None."""
-    if facts.kind == "decoder":
-        if provider not in ("cpu", "cuda", "dml"):
-            return "decoders run on ONNX Runtime GenAI: --device cpu, or --device gpu with --provider cuda or dml"
-        if precision == "fp16" and device == "cpu":
-            return "FP16 decoders run on GPUs only (ONNX Runtime's CPU kernels fail on the builder's FP16 model): choose int4, int8 or fp32"
-    if provider == "tensorrt" and precision in ("int8", "int4"):
-        return "TensorRT is offered in fp32 and fp16; INT8 QDQ and INT4 on NVIDIA GPUs go through --provider cuda"
-    if provider == "qnn" and precision == "int4":
-        return "the QNN NPU runs int8 (QDQ) or fp16 models: choose int8, fp16 or fp32"
-    return None
+def _refusal(facts: ModelFacts, provider: str, precision: str, device: str) -> Problem | None:
+    """Why this model, provider and precision make no workflow (with the fix), or None."""
+    if facts.kind == "decoder" and provider not in ("cpu", "cuda", "dml"):
+        return Problem(
+            "--provider",
+            "decoders run on ONNX Runtime GenAI, with models the GenAI model builder makes for cpu, cuda or dml",
+            expected="--device cpu, or --device gpu with --provider cuda or dml",
+            given=f"--device {device} --provider {provider}",
+            hint="--device cpu",
+        )
+    if facts.kind == "decoder" and precision == "fp16" and device == "cpu":
+        expected, hint = "int4, int8 or fp32 on cpu", "--precision int4, or --device gpu for fp16"
+        message = "FP16 decoders run on GPUs only (ONNX Runtime's CPU kernels fail on the model builder's FP16 model)"
+    elif provider == "tensorrt" and precision in ("int8", "int4"):
+        expected, hint = "fp32 or fp16", "--precision fp16, or --provider cuda for INT8 (static QDQ) and INT4"
+        message = "TensorRT is offered at fp32 and fp16 (an INT8 QDQ model for TensorRT has not been measured yet)"
+    elif provider == "qnn" and precision == "int4":
+        expected, hint = "int8, fp16 or fp32", "--precision int8"
+        message = "the QNN NPU runs INT8 (QDQ) and FP16 models"
+    else:
+        return None
+    return Problem("--precision", message, expected=expected, given=precision, hint=hint, file=COMMAND)
 
 
 def choose(args: argparse.Namespace, facts: ModelFacts) -> Choice:
@@ -86,9 +97,9 @@ def choose(args: argparse.Namespace, facts: ModelFacts) -> Choice:
     precision = args.precision or ("int4" if facts.kind == "decoder" and device != "npu" else DEFAULT_PRECISION[device])
     if precision not in PRECISIONS:
         raise _bad("--precision", "is not a precision `engine optimize` knows", precision, expected=", ".join(PRECISIONS))
-    why = _refusal(facts, provider, precision, device)
-    if why:
-        raise _bad("--precision" if "choose" in why else "--provider", why, f"{facts.kind} on {device} with {provider} at {precision}")
+    refused = _refusal(facts, provider, precision, device)
+    if refused:
+        raise InputError([replace(refused, file=COMMAND)])
     max_drop = args.max_drop if args.max_drop is not None else 0.05 if facts.kind == "decoder" else 0.01
     if not 0 < max_drop < 1:
         raise _bad("--max-drop", "must be above 0 and below 1", str(args.max_drop), hint="--max-drop 0.01 (cosine at least 0.99)")

@@ -5,7 +5,6 @@ config.json or from the ONNX graph's inputs."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from engine.core.errors import InputError, Problem
 from engine.workflow import files as userfiles
+from engine.workflow import hub
 
 #: a Hub repository id: ORG/NAME, each part letters, digits, '-', '_', '.'
 HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(?<![.-])$")
@@ -44,7 +44,7 @@ class ModelFacts:
 
 
 def _bad(message: str, given: str, expected: str | None = None, hint: str | None = None) -> InputError:
-    return InputError([Problem(where=WHERE, message=message, expected=expected, given=given, hint=hint)])
+    return InputError([Problem(where=WHERE, message=message, expected=expected, given=given, hint=hint, file="engine optimize")])
 
 
 def find_model(text: str, task: str | None, revision: str | None) -> ModelFacts:
@@ -201,37 +201,49 @@ def _vocab(model: Any) -> int | None:
 
 
 def _hub(repo: str, task: str | None, revision: str | None) -> ModelFacts:
-    """A Hub id: its config.json from the Hugging Face cache (or downloaded, unless HF_HUB_OFFLINE is set)."""
+    """A Hub id, found as the workflow's input will be (the cache, or the Hub's listing of the
+    commit), its config.json read from the cache or, when only that is missing, fetched alone."""
+    try:
+        model = hub.locate(repo, revision, "hf", trust_remote_code=False)
+        config_file = model.folder / "config.json"
+        if not userfiles.exists(config_file):
+            config_file = _fetch_config(model)
+    except hub.HubProblem as problem:
+        where = "--revision" if problem.key == "revision" else WHERE
+        prefix = "is not a file or folder here, so it was taken for a Hugging Face Hub id: " if where == WHERE else ""
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    prefix + problem.message,
+                    expected=problem.expected,
+                    given=problem.given,
+                    hint=problem.hint,
+                    file="engine optimize",
+                )
+            ]
+        ) from None
     spec: dict[str, Any] = {"format": "hf", "model": repo, **({"revision": revision} if revision else {})}
-    name = plain_name(repo.split("/")[-1])
-    config, why = _hub_config(repo, revision)
-    if config is not None:
-        return _from_config(config, spec, name, task, None, repo)
-    if task is None:
-        raise _bad(
-            f"is not a file or folder here, so it was taken for a Hugging Face Hub id, and its config.json could not be read: {why}",
-            repo,
-            hint="download it (`hf download " + repo + "`), check the id, or give --task "
-            "(feature-extraction, text-classification, text-generation) to write the workflow anyway",
+    return _from_config(
+        _read_config(config_file, repo), spec, plain_name(repo.split("/")[-1]), task, model.folder if model.present else None, repo
+    )
+
+
+def _fetch_config(model: hub.HubModel) -> Path:
+    """The config.json of a commit the Hub listed but the cache lacks (the rest is fetched by `engine run`)."""
+    import httpx2
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return Path(
+            hf_hub_download(model.repo_id, "config.json", revision=model.commit, cache_dir=hub.cache_dir(), etag_timeout=hub.timeout_s())
         )
-    kind = "decoder" if task == "text-generation" else "encoder"
-    return ModelFacts(spec, name, kind, f"a Hub model (config.json not read: {why})", task, "input")
-
-
-def _hub_config(repo: str, revision: str | None) -> tuple[dict[str, Any] | None, str]:
-    """The Hub model's config.json (the cache first; a download unless offline), or None and why not."""
-    try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError
-    except ImportError:
-        return None, "huggingface_hub is not installed (pip install huggingface_hub)"
-    try:
-        path = hf_hub_download(repo, "config.json", revision=revision)
-    except (HfHubHTTPError, OSError, ValueError) as error:  # not found, gated, offline and not cached, no network
-        offline = " (HF_HUB_OFFLINE is set and it is not in the cache)" if os.environ.get("HF_HUB_OFFLINE") else ""
-        return None, f"{type(error).__name__}{offline}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
-    try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return None, f"config.json is not JSON ({error})"
-    return (config, "") if isinstance(config, dict) else (None, "config.json is not a JSON object")
+    except (HfHubHTTPError, httpx2.HTTPError, OSError, ValueError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise hub.HubProblem(
+            "model",
+            f"its config.json could not be fetched: {first}",
+            given=model.repo_id,
+            hint=hub.FIX_OFFLINE.format(repo=model.repo_id, revision=""),
+        ) from None
