@@ -15,8 +15,9 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from engine.olive_options import NEVER_RUN
+
 COMPONENTS = ("load_dataset_config", "pre_process_data_config", "post_process_data_config", "dataloader_config")
-NEVER_RUN = "user code Kiln would have to run; it is never run silently"
 #: the data components olive-ai 0.13 registers itself (olive/data/component): not the user script's
 OLIVE_COMPONENTS = frozenset(
     {

@@ -3,7 +3,8 @@
 Pure data in, data out: nothing is loaded or run. ``translate`` gives the workflow (Kiln's
 shape, paths relative to the folder the workflow will be written to), the Olive keys it could not
 carry over (each with its reason) and notes on approximations. Olive resolves relative paths
-from the folder it runs in; they are taken here from the Olive file's folder.
+from the folder it runs in; they are taken here from the Olive file's folder, else from the
+nearest of the two folders above it that has them (where recipes are run from).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from engine.olive_systems import translate_targets
 
 #: Olive's model types, lower-cased: Olive matches them case-insensitively
 MODEL_TYPES = ("hfmodel", "pytorchmodel", "onnxmodel", *NO_INPUT)
-NEVER_RUN = "user code Kiln would have to run; it is never run silently"
 #: how far up from the Olive file a relative path is looked for: recipes are often run from a parent folder
 PARENT_LEVELS = 2
 

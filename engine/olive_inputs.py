@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from engine.olive_options import NEVER_RUN
+
 #: Olive's task names → Kiln's (the input's ``task``); Olive's HfModel default is text-generation-with-past
 TASKS = {
     "feature-extraction": "feature-extraction",
@@ -47,7 +49,6 @@ HF_KEYS_DROPPED = {
     "io_config": "Kiln's export reads a Hugging Face model's inputs and outputs from the model itself",
     "generative": "no Kiln input option for it",
 }
-NEVER_RUN = "user code Kiln would have to run; it is never run silently"
 PLACEHOLDER = {"format": "onnx", "path": "model.onnx"}
 
 

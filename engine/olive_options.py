@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+NEVER_RUN = "user code Kiln would have to run; it is never run silently"
+
 Option = str | tuple[str, Callable[[Any], Any]]
 
 #: Olive's quantization data types (its Precision enum, onnxruntime's QuantType names, and the

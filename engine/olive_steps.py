@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.olive_options import EXTERNAL_DATA, builder_precision, genai_algo
+from engine.olive_options import EXTERNAL_DATA, NEVER_RUN, builder_precision, genai_algo
 from engine.olive_passes import SEARCHABLE, PassSpec
 
 
@@ -66,7 +66,7 @@ def _option(
         return
     if key.endswith("_func") or key in ("user_script", "script_dir", "transform_fn"):
         if value:
-            ctx.skip(at, "user code Kiln would have to run; it is never run silently")
+            ctx.skip(at, NEVER_RUN)
         return
     mapped = spec.options.get(key)
     if mapped is None:
