@@ -11,6 +11,7 @@ import shlex
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -120,21 +121,21 @@ def _command_line(args: argparse.Namespace, choice: Choice) -> str:
     return shlex.join(words)
 
 
-def render(facts: ModelFacts, choice: Choice, body: dict[str, object], pipeline: Pipeline, command: str) -> str:
+def render(facts: ModelFacts, choice: Choice, body: dict[str, Any], pipeline: Pipeline, command: str) -> str:
     """The workflow file: a header saying what it does and why, then the workflow; the digest marks it as written here."""
     width = max(len(step_id) for step_id, _ in pipeline.why) if pipeline.why else 0
-    target = body["targets"][0]  # type: ignore[index]
+    target = body["targets"][0]
     lines = [
         f"{HEADER} (Kiln {__version__}):",
         f"#   {command}",
         f"# The model: {facts.described}.",
-        f"# The target: {target['id']} ({RUNTIMES[choice.provider]}) on {choice.device}, at {choice.precision}.",  # type: ignore[index]
+        f"# The target: {target['id']} ({RUNTIMES[choice.provider]}) on {choice.device}, at {choice.precision}.",
         "# Steps (each root-to-leaf path is a candidate; the first model the target runs is the FP32 reference):",
         *(f"#   {step_id:<{width}}  {why}" for step_id, why in pipeline.why),
         "# Chosen: " + _rule(facts, choice),
         "# Edit it and run it with `engine run FILE`; `engine optimize` does not replace a file edited since it wrote it.",
     ]
-    text = yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+    text = str(yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True))
     return "\n".join(lines) + DIGEST + hashlib.sha256(text.encode()).hexdigest() + "\n" + text
 
 

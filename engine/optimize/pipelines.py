@@ -66,7 +66,7 @@ def target(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
         return {"id": f"genai-{provider}", "runtime": "onnxruntime-genai", "device": provider}
     if provider == "openvino":
         return {"id": f"ov-{device}", "runtime": "openvino", "device": device.upper()}
-    return {
+    targets: dict[str, dict[str, Any]] = {
         "cpu": {"id": "ort-cpu", "runtime": "onnxruntime", "device": "cpu"},
         "cuda": {"id": "ort-cuda", "runtime": "onnxruntime", "device": "cuda"},
         "tensorrt": {
@@ -78,7 +78,8 @@ def target(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
         },
         "dml": {"id": "ort-dml", "runtime": "onnxruntime", "device": "gpu", "providers": ["DmlExecutionProvider"]},
         "qnn": {"id": "ort-qnn", "runtime": "onnxruntime", "device": "npu", "providers": ["QNNExecutionProvider"]},
-    }[provider]
+    }
+    return targets[provider]
 
 
 def steps(facts: ModelFacts, choice: Choice) -> Pipeline:
@@ -169,7 +170,7 @@ def _ort_int8(pipeline: Pipeline, choice: Choice, after: str | None, dynamic: bo
             },
         )
         return
-    static = {"mode": "static", "quant_format": "QDQ", "calibration": "calibration"}
+    static: dict[str, Any] = {"mode": "static", "quant_format": "QDQ", "calibration": "calibration"}
     if gpu:
         static.update(activation_type="qint8", symmetric_activation=True, per_channel=True)
     pipeline.add(
@@ -310,7 +311,7 @@ def data(facts: ModelFacts, pipeline: Pipeline) -> dict[str, dict[str, Any]]:
             "heldout": {"source": "text_lines", "path": HELDOUT, "tokenizer": "input", "max_length": 128, "padding": "longest"},
         }
     if facts.tokenizer:
-        line = {"source": "text_lines", "path": SENTENCES, "tokenizer": facts.tokenizer, "max_length": facts.max_length}
+        line: dict[str, Any] = {"source": "text_lines", "path": SENTENCES, "tokenizer": facts.tokenizer, "max_length": facts.max_length}
         sets = {
             "calibration": {**line, "split": {"take": "first", "count": CALIBRATION_LINES}},
             "heldout": {**line, "split": {"take": "first", "count": CALIBRATION_LINES, "complement": True}},
@@ -333,7 +334,7 @@ def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
         ]
     shape = {"batch_size": 1, "sequence_length": facts.max_length} if facts.text else {"batch_size": 1}
     latency: dict[str, Any] = {**shape, "warmup": 20, "runs": 100, "max_time_s": 30}
-    found = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "heldout"}}]
+    found: list[dict[str, Any]] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "heldout"}}]
     if pipeline.uses("fidelity_calibration"):
         found.append({"id": "fidelity_calibration", "evaluator": "fidelity", "config": {"data": "calibration"}, "candidates": False})
     return [*found, {"id": "size", "evaluator": "size"}, {"id": "latency", "evaluator": "latency", "config": latency}]
