@@ -80,6 +80,11 @@ def translate_input(model: Any, ctx: Any) -> dict[str, Any]:
         result = _hf_input(path, rest, ctx)
     elif key == "onnxmodel":
         result = _onnx_input(path, rest, ctx)
+    elif key == "pytorchmodel" and not rest.get("model_loader") and path and not ctx.exists(path) and is_hub_id(path):
+        # no loader to build the module from it: the Hub id names a Hugging Face model, read as one
+        ctx.notes.append(f"input_model: a PyTorchModel with no model_loader, whose model_path {path} is a Hub id: read as an HfModel")
+        rest.pop("model_script", None)
+        result = _hf_input(path, rest, ctx)
     elif key == "pytorchmodel":
         result = _torch_input(path, rest, ctx)
     else:

@@ -45,6 +45,7 @@ def steps(t: Translation) -> list[tuple[str, str, dict[str, Any]]]:
     [
         ({"type": "HFModel", "model_path": "Qwen/Qwen2.5-1.5B-Instruct"}, {"format": "hf", "model": "Qwen/Qwen2.5-1.5B-Instruct"}),
         ({"model_path": "openai/whisper-large-v3-turbo"}, {"format": "hf", "model": "openai/whisper-large-v3-turbo"}),  # untyped
+        ({"type": "PyTorchModel", "model_path": "org/net"}, {"format": "hf", "model": "org/net"}),  # no loader: a Hub model
         ({"type": "onnxmodel", "model_path": "models", "onnx_file_name": "m.onnx"}, {"format": "onnx", "path": "models/m.onnx"}),
         (
             {"type": "HfModel", "model_path": "org/name", "task": "text-generation-with-past", "load_kwargs": {"trust_remote_code": True}},
