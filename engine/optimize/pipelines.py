@@ -205,12 +205,14 @@ def _openvino(pipeline: Pipeline, facts: ModelFacts, choice: Choice, source: str
     if precision == "int8":
         common = {"calibration": "calibration", "model_type": transformer, "target_device": device}
         pipeline.add(
-            "NNCF post-training INT8, calibrated on data the fidelity check never sees (presets searched)",
+            "NNCF post-training INT8, calibrated on data the fidelity check never sees (presets searched); optional: "
+            "the FP32 IR is a candidate too",
             "nncf_int8",
             "nncf_quantize",
             ov,
             config={k: v for k, v in common.items() if v},
             search={"preset": ["performance", "mixed"]},
+            optional=True,
         )
         pipeline.add(
             f"NNCF INT8 with accuracy control: the costliest ops back in float until the cosine to FP32 drops at most {choice.max_drop / 2:g}",
@@ -227,12 +229,13 @@ def _openvino(pipeline: Pipeline, facts: ModelFacts, choice: Choice, source: str
         )
     elif precision == "int4":
         pipeline.add(
-            "NNCF weight-only INT4 (symmetric, group sizes searched), activations in float",
+            "NNCF weight-only INT4 (symmetric, group sizes searched), activations in float; optional: the FP32 IR is a candidate too",
             "int4",
             "nncf_compress_weights",
             ov,
             config={"mode": "INT4_SYM", "group_size_fallback": "adjust"},
             search={"group_size": [32, 128]},
+            optional=True,
         )
 
 
