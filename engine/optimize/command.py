@@ -226,6 +226,14 @@ def prepare(args: argparse.Namespace) -> Path | None:
     body, pipeline = workflow(facts, choice, name)
     text = render(facts, choice, body, pipeline, _command_line(args, choice))
     dest = Path(args.workflow) if args.workflow else Path(f"{name}.yaml")
+    if dest.suffix.lower() not in (".yaml", ".yml"):
+        raise _bad(
+            "--workflow",
+            "the workflow is written as YAML",
+            str(dest),
+            expected="a .yaml or .yml file",
+            hint=f"-o {dest.with_suffix('.yaml')}",
+        )
     action = _check_existing(dest, text, args.force)
     resolved = _save(dest, text, facts) if action != "kept" else load_workflow(dest)
     _show(args, facts, choice, text, dest, action, resolved)

@@ -157,6 +157,7 @@ def test_a_decoder_in_fp16_on_the_cpu_is_refused_with_the_fix(tmp_path, capsys):
         (["MODEL", "--max-drop", "1.5"], "--max-drop: must be above 0 and below 1"),
         (["MODEL", "--task", "summarization"], "--task: is not a task"),
         (["MODEL", "--device", "gpu", "--provider", "tensorrt", "--precision", "int4"], "TensorRT is offered at fp32 and fp16"),
+        (["MODEL", "-o", "wf.json"], "--workflow: the workflow is written as YAML"),
     ],
 )
 def test_bad_options_exit_2_with_what_was_given_and_the_fix(tiny_bert, tmp_path, args, said):
