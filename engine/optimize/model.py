@@ -17,6 +17,8 @@ from engine.workflow import hub
 #: a Hub repository id: ORG/NAME, each part letters, digits, '-', '_', '.'
 HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(?<![.-])$")
 DECODER_ENDINGS = ("ForCausalLM", "LMHeadModel")
+#: decoder families by model_type, for a config.json that lists no architectures
+DECODER_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "phi", "phi3", "gpt2", "gemma", "gemma2", "granite", "olmo", "smollm3"}
 VISION_TYPES = {"vit", "deit", "beit", "swin", "swinv2", "convnext", "convnextv2", "resnet", "regnet", "mobilenet_v2", "efficientnet"}
 VISION_TYPES |= {"mobilevit", "dinov2", "clip_vision_model", "siglip_vision_model", "levit", "poolformer", "segformer", "yolos", "detr"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model")
@@ -116,10 +118,11 @@ def _read_config(path: Path, given: str) -> dict[str, Any]:
 
 def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: str | None, folder: Path | None, given: str) -> ModelFacts:
     """A Hugging Face model by its config: a causal LM is a decoder, a text model an encoder; others are refused."""
-    architectures = [str(a) for a in config.get("architectures") or []]
+    listed = config.get("architectures")
+    architectures = [str(a) for a in listed] if isinstance(listed, list) else []
     model_type = str(config.get("model_type") or "unknown")
     shown = f"{model_type} ({', '.join(architectures)})" if architectures else model_type
-    decoder = any(a.endswith(DECODER_ENDINGS) for a in architectures)
+    decoder = any(a.endswith(DECODER_ENDINGS) for a in architectures) or (not architectures and model_type in DECODER_TYPES)
     if config.get("is_encoder_decoder") or model_type in ("t5", "mt5", "bart", "mbart", "marian", "pegasus", "whisper"):
         raise _bad(
             f"an encoder-decoder model ({shown}): `engine optimize` makes workflows for text encoders and decoders",
