@@ -47,16 +47,21 @@ def nvidia_problem() -> str | None:
     return "no NVIDIA GPU or driver here (nvidia-smi not found and /proc/driver/nvidia missing)"
 
 
-def _tensorrt_problem() -> str | None:
-    gpu = nvidia_problem()
-    if gpu:
-        return gpu
-    for name in _NVINFER:
+def _loads(names: tuple[str, ...]) -> bool:
+    """Whether one of the shared libraries ``names`` loads here."""
+    for name in names:
         try:
             ctypes.CDLL(name)
         except OSError:
             continue
-        return None
+        return True
+    return False
+
+
+def _tensorrt_problem() -> str | None:
+    gpu = nvidia_problem()
+    if gpu or _loads(_NVINFER):
+        return gpu
     return (
         f"TensorRT's library is not loadable (tried {', '.join(_NVINFER)}): install TensorRT "
         "(pip install tensorrt, or NVIDIA's packages) and put its lib folder on LD_LIBRARY_PATH"
@@ -104,14 +109,8 @@ _TENSORRT_RTX = ("libtensorrt_rtx.so.1", "libtensorrt_rtx.so", "tensorrt_rtx_1_2
 
 def _rtx_problem() -> str | None:
     gpu = nvidia_problem()
-    if gpu:
+    if gpu or _loads(_TENSORRT_RTX):
         return gpu
-    for name in _TENSORRT_RTX:
-        try:
-            ctypes.CDLL(name)
-        except OSError:
-            continue
-        return None
     return f"TensorRT for RTX's library is not loadable (tried {', '.join(_TENSORRT_RTX)}): install TensorRT for RTX and put it on the library path"
 
 
