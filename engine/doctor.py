@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -114,9 +115,23 @@ def genai_section() -> Section:
     return Section("onnxruntime-genai", [*rows, ("version", genai.__version__), ("built with cuda", cuda)])
 
 
+def _import_openvino() -> Any:
+    """``import openvino`` after the modules the openvino target warms a worker with: its first one
+    declines openvino_telemetry for this process. A plain import counts a user who never answered
+    as consenting and sends an event from a non-daemon ThreadPoolExecutor thread; offline that
+    thread never ends, and the command waits for it at exit (``engine.__main__`` joins it)."""
+    try:
+        modules = registry.load("targets", "openvino").warm_modules("openvino")
+    except (KilnError, ValueError, ImportError):  # the target is not installed: openvino alone
+        modules = ("openvino",)
+    for module in modules:
+        importlib.import_module(module)
+    return importlib.import_module("openvino")
+
+
 def openvino_section() -> Section:
     try:
-        openvino = importlib.import_module("openvino")
+        openvino = _import_openvino()
         devices = list(openvino.Core().available_devices)
     except ImportError as error:
         return Section("OpenVINO", [("import", f"fails: {error}; pip install openvino")])
