@@ -8,6 +8,7 @@ importing the package.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
@@ -36,12 +37,45 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a Hugging Face config.json is a few kilob
 
 
 def user_path(base: Path, text: str) -> Path:
-    """``text`` relative to ``base``, made absolute; ValueError saying why when it cannot be a path."""
+    """``text`` relative to ``base``, made absolute; ValueError saying why when it cannot be a
+    path or names what the engine never reads (see ``readable_kind_problem``). Every file and
+    folder a workflow names passes here: the input, data files, factories and code files."""
     check_path_text(text)
+    return resolved_path(base, text)
+
+
+def resolved_path(base: Path, text: str) -> Path:
+    """``user_path`` for a text already known to be a path: resolved, and refused (ValueError)
+    when it is a symlink loop or neither a regular file nor a folder."""
     try:
-        return (base / text).resolve()
-    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop on older Pythons
-        raise ValueError(f"cannot resolve the path: {error}") from None
+        path = (base / text).resolve()
+    except RuntimeError:  # a symlink loop, before Python 3.13
+        raise ValueError("it is a symlink loop") from None
+    except OSError as error:
+        raise ValueError("it is a symlink loop" if error.errno == errno.ELOOP else f"cannot resolve the path: {error}") from None
+    problem = readable_kind_problem(path)
+    if problem:
+        raise ValueError(problem)
+    return path
+
+
+def readable_kind_problem(path: Path) -> str | None:
+    """Why ``path`` is not something the engine reads (a regular file or a folder), or None;
+    a path that does not exist is not a problem here (``exists`` tells)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        code = getattr(error, "errno", None)
+        if code == errno.ELOOP:
+            return "it is a symlink loop"
+        if code in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # not there
+            return None
+        return f"cannot read it: {getattr(error, 'strerror', None) or error}"
+    if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+        return None
+    return f"it is {special_file_kind(info.st_mode)}, not a regular file or a folder"
 
 
 def exists(path: Path) -> bool:

@@ -72,11 +72,18 @@ def _read_text(file: Path) -> str:
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise _refuse(file, f"cannot open the workflow file: {reason}", given=shown_path(str(file)), hint="check the path") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked before fdopen, which refuses a directory with an OSError
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a special file"
+        raise _refuse(
+            file,
+            f"the workflow path is {kind}, not a regular file",
+            expected="a .yaml, .yml or .json file",
+            given=shown_path(str(file)),
+            hint="give the path of a .yaml or .json file",
+        )
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a special file"
-            raise _refuse(file, f"the workflow path is {kind}, not a regular file", hint="give the path of a .yaml or .json file")
         raw = handle.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         raise _refuse(

@@ -11,7 +11,7 @@ from engine.core.errors import InputError, Problem
 from engine.workflow import files as userfiles
 from engine.workflow import hub
 from engine.workflow.resolve.model import InputModel
-from engine.workflow.schema import InputSpec
+from engine.workflow.schema import InputSpec, check_path_text
 from engine.workflow.source import WorkflowSource, shown_path
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -105,6 +105,28 @@ def _hub_problem(problem: hub.HubProblem, source: WorkflowSource) -> Problem:
     )
 
 
+def _read_path(base: Path, text: str, key: str, source: WorkflowSource, problems: list[Problem]) -> Path | None:
+    """The path ``input.<key>`` names, or None: a text no file system can hold is the schema's
+    problem; a symlink loop or a special file (a FIFO, a device) is reported here."""
+    try:
+        check_path_text(text)
+    except ValueError:
+        return None
+    try:
+        return userfiles.resolved_path(base, text)
+    except ValueError as error:
+        problems.append(
+            source.problem(
+                (*WHERE, key),
+                f"the input cannot be read: {error}",
+                expected="a regular file or a folder",
+                given=shown_path(text),
+                hint="point at the model file or folder itself",
+            )
+        )
+        return None
+
+
 def _locate(spec: InputSpec, source: WorkflowSource, problems: list[Problem]) -> tuple[Path | None, dict[str, Any], str]:
     """Where the model is, what a step needs to know of it, and the key that named it."""
     base = source.file.parent
@@ -115,9 +137,9 @@ def _locate(spec: InputSpec, source: WorkflowSource, problems: list[Problem]) ->
         if not file_part or not function:
             problems.append(source.problem((*WHERE, "factory"), "a factory is 'path/to/file.py:function'", given=spec.factory))
             return None, {}, "factory"
-        return _path_or_none(base, file_part), {"function": function, "kwargs": spec.kwargs or {}}, "factory"
+        return _read_path(base, file_part, "factory", source, problems), {"function": function, "kwargs": spec.kwargs or {}}, "factory"
     assert spec.path is not None  # the schema asks for exactly one source
-    return _path_or_none(base, spec.path), {}, "path"
+    return _read_path(base, spec.path, "path", source, problems), {}, "path"
 
 
 def _hf_problems(path: Path, key: str, source: WorkflowSource) -> list[Problem]:

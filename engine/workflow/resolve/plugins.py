@@ -102,7 +102,15 @@ def user_file(text: str, source: WorkflowSource, where: Where, problems: list[Pr
     try:
         return userfiles.user_path(source.file.parent, text)
     except ValueError as error:
-        problems.append(source.problem(where, f"invalid path: {error}", given=shown_path(text), hint="give the path of an existing file"))
+        problems.append(
+            source.problem(
+                where,
+                f"invalid path: {error}",
+                expected="the path of a regular file or a folder",
+                given=shown_path(text),
+                hint="give the path of an existing regular file (or folder)",
+            )
+        )
         return None
 
 
