@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from engine import __version__
+from engine import __version__, display
 from engine.core.errors import InputError, KilnError, Problem
 from engine.optimize import options as optimize_options
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except InputError as error:
-        print(str(error), file=sys.stderr)
+        print(display.wrap(str(error)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("\ninterrupted: finished jobs are in the store; run the same command again to resume.", file=sys.stderr)
@@ -216,7 +216,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         except InputError as error:
             from engine.olive_cli import olive_hint
 
-            print(str(error) + olive_hint(file), file=sys.stderr)
+            print(display.wrap(str(error) + olive_hint(file)), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
         notes = resolved.input.notes + _environments(args, resolved)  # a Hub model to download, ...

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from engine.core.errors import KilnError
+from engine.display import flag, natural_key, number
 from engine.history import History, RunRow, open_history
+from engine.terminal import make_console
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
+console = make_console()
 
 
 def command(args: argparse.Namespace, store_root: Path) -> None:
@@ -53,17 +53,20 @@ def print_runs(history: History, limit: int | None) -> None:
     if not found:
         console.print(f"no runs recorded in {history.path}")
         return
-    table = Table(title=f"runs in {history.path}")
-    for column in ("run", "when", "workflow", "targets", "chosen", "wall time", "exit"):
-        table.add_column(column)
+    console.print(f"runs in {escape(str(history.path))}")
+    table = Table(show_edge=False)
+    # ids are kept whole (a person copies them into `engine show`); the other columns wrap
+    table.add_column("run", no_wrap=True, min_width=max(len(run.id) for run in found))
+    for column in ("started", "workflow", "chosen per target", "wall", "exit"):
+        table.add_column(column, overflow="fold")
     for run in found:
         chosen = history.choices(run.id)
+        picks = [f"{t}: {(chosen.get(t) or {}).get('candidate') or '-'}" for t in dict.fromkeys([*(run["targets"] or []), *chosen])]
         table.add_row(
             run.id,
             _when(run["started"]),
-            escape(f"{run['name']} ({Path(run['workflow_path']).name})"),
-            escape(", ".join(run["targets"] or [])),
-            escape(", ".join(f"{t}: {c['candidate']}" for t, c in chosen.items()) or "-"),
+            escape(f"{run['name']}\n({Path(run['workflow_path']).name})"),
+            escape("\n".join(picks) or "-"),
             _wall(run["wall_s"]),
             _exit(run),
         )
@@ -77,22 +80,28 @@ def print_show(history: History, run: RunRow) -> None:
     console.print(f"  workflow sha256 {run['workflow_digest'] or '-'}; output {escape(str(run['output_dir']))}")
     found = history.metrics(run.id)
     choices = history.choices(run.id)
-    table = Table(title="candidates (metrics with an interval: those selection weighs)")
-    for column in ("target", "candidate", "state", "feasible", "chosen", "metrics"):
-        table.add_column(column)
-    for c in history.candidates(run.id):
+    console.print("candidates (metrics with an interval: those selection weighs):")
+    table = Table(show_edge=False)
+    rows = sorted(history.candidates(run.id), key=lambda c: natural_key(c["id"]))
+    # ids and metric names are kept whole: one metric a line, its figures wrapping under it
+    table.add_column("candidate", no_wrap=True, min_width=max((len(c["id"]) for c in rows), default=9))
+    for column in ("state", "feasible", "chosen"):
+        table.add_column(column, overflow="fold")
+    names = [m for (_, m) in found]
+    table.add_column("metrics", overflow="fold", min_width=min(40, max((len(m) + 12 for m in names), default=7)))
+    for c in rows:
         own = {m: value for (cid, m), value in found.items() if cid == c["id"]}
         ranked = {m: v for m, v in own.items() if v["low"] is not None} or own  # those selection weighs: with an interval
-        shown = "; ".join(_metric(m, v) for m, v in ranked.items())
-        table.add_row(c["target"], escape(c["id"]), c["state"] or "-", str(c["feasible"]), "yes" if c["chosen"] else "", escape(shown))
+        shown = "\n".join(_metric(m, v) for m, v in ranked.items())
+        table.add_row(escape(c["id"]), c["state"] or "-", flag(c["feasible"]), flag(bool(c["chosen"])), escape(shown))
     console.print(table)
     for target, choice in choices.items():
         console.print(f"  {target}: chose {escape(str(choice['candidate']))}: {escape(str(choice['verdict'] or ''))}")
 
 
 def _metric(name: str, m: dict[str, Any]) -> str:
-    value = "-" if m["value"] is None else f"{m['value']:.4g}"
-    interval = f" [{m['low']:.4g}, {m['high']:.4g}]" if m["low"] is not None and m["high"] is not None else ""
+    value = "-" if m["value"] is None else number(m["value"])
+    interval = f" [{number(m['low'])}, {number(m['high'])}]" if m["low"] is not None and m["high"] is not None else ""
     return f"{name}={value}{interval}"
 
 
@@ -136,18 +145,18 @@ def _candidate_changes(history: History, a: RunRow, b: RunRow, all_metrics: bool
     cands_b = {c["id"]: c for c in history.candidates(b.id)}
     lines += [f"candidate removed: {cid} ({cands_a[cid]['path']})" for cid in cands_a if cid not in cands_b]
     lines += [f"candidate added: {cid} ({cands_b[cid]['path']})" for cid in cands_b if cid not in cands_a]
-    for cid in cands_a.keys() & cands_b.keys():
+    for cid in sorted(cands_a.keys() & cands_b.keys(), key=natural_key):
         if cands_a[cid]["state"] != cands_b[cid]["state"]:
             lines.append(f"candidate {cid}: state {cands_a[cid]['state']} → {cands_b[cid]['state']}")
     metrics_a, metrics_b = history.metrics(a.id), history.metrics(b.id)
-    for key in sorted(metrics_a.keys() & metrics_b.keys()):
+    for key in sorted(metrics_a.keys() & metrics_b.keys(), key=lambda k: (natural_key(k[0]), k[1])):
         old, new = metrics_a[key], metrics_b[key]
         if old["value"] == new["value"] and old["low"] == new["low"] and old["high"] == new["high"]:
             continue
         if not all_metrics and old["low"] is None and new["low"] is None:
             continue
         lines.append(f"metric {key[0]} {_metric(key[1], old)} → {_metric(key[1], new)}{_overlap(old, new)}")
-    return sorted(lines, key=lambda line: (not line.startswith("candidate"), line))
+    return sorted(lines, key=lambda line: (not line.startswith("candidate"), natural_key(line)))
 
 
 def _overlap(old: dict[str, Any], new: dict[str, Any]) -> str:

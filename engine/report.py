@@ -4,7 +4,6 @@ Only the CLI calls this module; plugins never print."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
@@ -16,15 +15,17 @@ from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import KilnError
 from engine.core.refs import without_markers
+from engine.display import flag, natural_key, number, space_text, speedup
 from engine.hooks import Hooks
 from engine.jobs import PassSpec
 from engine.plan_status import BLOCKED, HIT, MISS, PlanStatus
 from engine.results import CandidateResult, RunReport
-from engine.select import ranking_metric, under_load
+from engine.select import paired_metric, under_load
+from engine.terminal import make_console
 from engine.typetext import type_text
 
-# A pipe or a CI log has no width: give tables room instead of folding every cell.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
+# as wide as COLUMNS, else the terminal, else (a pipe, a CI log) engine.display.PIPED_WIDTH
+console: Console = make_console()
 
 
 class Progress(Hooks):
@@ -86,13 +87,7 @@ def _first_line(text: str | None) -> str:
 
 
 def _num(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:.1f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.4f}"
+    return number(value)
 
 
 def _state(result: CandidateResult) -> str:
@@ -113,15 +108,21 @@ def _with_interval(result: CandidateResult, metric: str) -> str:
     return text
 
 
+def paired_speedup(result: CandidateResult, paired: str) -> str:
+    """The candidate's one speedup: the paired figure (timed round by round against the
+    reference) with its interval; ``—`` where it was not measured."""
+    interval = result.intervals.get(paired)
+    if interval is None:
+        return speedup(result.metrics.get(paired))
+    return speedup(result.metrics.get(paired), interval.low, interval.high)
+
+
 def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objective: str, goal: str, paired: str | None) -> str:
-    """The candidate against its target's reference: the paired speedup with its interval where
-    one was measured, else the ratio of the two objective values."""
-    if paired and paired in result.metrics:
-        text = f"{result.metrics[paired]:.2f}x"
-        interval = result.intervals.get(paired)
-        if interval is not None and interval.low != interval.high:
-            text += f" [dim][{interval.low:.2f}, {interval.high:.2f}][/dim]"
-        return text
+    """The candidate against its target's reference: where the objective's evaluator measures a
+    paired speedup, that one (never a ratio of separately measured times beside it); else the
+    ratio of the two objective values."""
+    if paired:
+        return paired_speedup(result, paired)
     value = result.metrics.get(objective)
     ref_value = ref.metrics.get(objective) if ref else None
     if value and ref_value:
@@ -136,14 +137,12 @@ def _candidates_table(report: RunReport) -> Table:
     table = Table(title=f"{report.resolved.name}: candidates", title_justify="left")
     for name in ("target", "#", "path", "state", *columns):
         table.add_column(name, justify="right" if name in columns else "left", overflow="fold")
-    table.add_column("vs reference", justify="right")
+    table.add_column("vs reference", justify="right", overflow="fold")
     table.add_column("why", overflow="fold")
+    paired = paired_metric(report.resolved, objective)
     for target in report.resolved.targets:
-        rows = [r for r in report.results if r.candidate.target == target]
+        rows = sorted((r for r in report.results if r.candidate.target == target), key=lambda r: natural_key(r.candidate.id))
         ref = next((r for r in rows if r.candidate.reference), None)
-        complete = [r for r in rows if r.state == "complete"]
-        rank, _ = ranking_metric(report.resolved, complete)
-        paired = rank if rank != objective else None
         for result in rows:
             why = "; ".join(result.violations) if result.violations else (result.verdict or _first_line(result.reason))
             label = result.label + (" [dim](reference)[/dim]" if result.candidate.reference else "")
@@ -231,11 +230,14 @@ def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult],
     if value is None:
         return
     ratios = []
+    paired = paired_metric(report.resolved, objective)
     for result in report.results:
-        if result.candidate.reference and objective in result.metrics and result.metrics[objective]:
+        if paired and result.candidate.reference and result.candidate.target == best_target:
+            ratios.append(f"{paired_speedup(best, paired)} vs its own reference")  # the paired figure, as in the table
+        elif result.candidate.reference and objective in result.metrics and result.metrics[objective]:
             ref = result.metrics[objective]
             ratio = ref / value if goal == "min" else value / ref
-            ratios.append(f"{ratio:.2f}x vs {result.candidate.target}'s reference ({_num(ref)})")
+            ratios.append(f"{number(ratio)}x vs {result.candidate.target}'s reference ({objective} {_num(ref)})")
     console.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
 
 
@@ -314,7 +316,9 @@ def print_plugin(kind: str, cls: Any) -> None:
     for attr in ("accepts", "produces", "target_dependent", "metrics", "timing", "libraries"):
         if hasattr(cls, attr):
             value = getattr(cls, attr)
-            console.print(f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else value}")
+            console.print(
+                f"  {attr}: {', '.join(map(str, value)) if isinstance(value, tuple) else flag(value) if isinstance(value, bool) else value}"
+            )
     if getattr(cls, "environment", None) is not None:
         pins = ", ".join(cls.environment.requirements)
         console.print(f"  environment: {pins} (an isolated environment engine run builds once; a step's environment replaces it)")
@@ -335,7 +339,9 @@ def print_plugin(kind: str, cls: Any) -> None:
     console.print(table)
     space = getattr(cls, "search_space", {})
     if space:
-        console.print("  searchable: " + ", ".join(f"{k} {v.to_json()}" for k, v in space.items()))
+        console.print("  searchable (steps may search these options):")
+        for key, dimension in space.items():
+            console.print(f"    {escape(key)}: {escape(space_text(dimension.to_json()))}")
 
 
 def print_host_reports(only: str | None = None) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.stats import Interval, bootstrap, paired_difference
+from engine.display import against, bound, number
 from engine.results import CandidateResult
 from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Constraint, TieBreak
@@ -38,14 +39,15 @@ SEED = 0
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.4g}"
+    return number(value)
 
 
-def _bound_text(interval: Interval | None, side: str) -> str:
+def _bound_text(interval: Interval | None, side: str, limit: float) -> str:
+    """The interval's pessimistic bound, written so that it visibly falls on its side of ``limit``."""
     if interval is None or interval.low == interval.high:
         return ""
-    bound = interval.low if side == "low" else interval.high
-    return f" ({'lower' if side == 'low' else 'upper'} {interval.confidence:.0%} bound {_fmt(bound)})"
+    edge = interval.low if side == "low" else interval.high
+    return f" ({'lower' if side == 'low' else 'upper'} {interval.confidence:.0%} bound {against(edge, limit)})"
 
 
 def violations(
@@ -65,24 +67,36 @@ def violations(
     high = interval.high if interval is not None else value
     broken = []
     if constraint.min is not None and low < constraint.min:
-        broken.append(f"{name} = {_fmt(value)}{_bound_text(interval, 'low')} < min {_fmt(constraint.min)}")
+        broken.append(
+            f"{name} = {against(value, constraint.min)}{_bound_text(interval, 'low', constraint.min)} < min {bound(constraint.min)}"
+        )
     if constraint.max is not None and high > constraint.max:
-        broken.append(f"{name} = {_fmt(value)}{_bound_text(interval, 'high')} > max {_fmt(constraint.max)}")
+        broken.append(
+            f"{name} = {against(value, constraint.max)}{_bound_text(interval, 'high', constraint.max)} > max {bound(constraint.max)}"
+        )
     if constraint.max_drop is not None or constraint.max_drop_ratio is not None:
         if reference is None:
             broken.append(f"{name}: no reference value to measure a drop against")
         else:
             point_drop = reference - value
             worst = drop.high if drop is not None else reference - low
-            bound = f" (upper {interval.confidence:.0%} bound {_fmt(worst)})" if interval is not None and worst != point_drop else ""
+            worse = interval is not None and worst != point_drop
             if constraint.max_drop is not None and worst > constraint.max_drop:
+                limit = constraint.max_drop
+                edge = f" (upper {interval.confidence:.0%} bound {against(worst, limit)})" if interval is not None and worse else ""
                 broken.append(
-                    f"{name} dropped {_fmt(point_drop)}{bound} from the reference's {_fmt(reference)} (max drop {_fmt(constraint.max_drop)})"
+                    f"{name} dropped {against(point_drop, limit)}{edge} from the reference's {_fmt(reference)} (max drop {bound(limit)})"
                 )
             if constraint.max_drop_ratio is not None and reference != 0 and worst / abs(reference) > constraint.max_drop_ratio:
+                ratio = constraint.max_drop_ratio
+                edge = (
+                    f" (upper {interval.confidence:.0%} bound {against(worst / abs(reference), ratio, percent=True)})"
+                    if interval is not None and worse
+                    else ""
+                )
                 broken.append(
-                    f"{name} dropped {point_drop / abs(reference):.2%}{bound} from the reference's {_fmt(reference)} "
-                    f"(max {constraint.max_drop_ratio:.2%})"
+                    f"{name} dropped {against(point_drop / abs(reference), ratio, percent=True)}{edge} "
+                    f"from the reference's {_fmt(reference)} (max {bound(ratio * 100)}%)"
                 )
     return broken
 

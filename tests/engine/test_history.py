@@ -117,3 +117,18 @@ def test_a_damaged_history_does_not_stop_a_run(tmp_path: Path, capsys: pytest.Ca
     resolved = type("R", (), {"file": tmp_path / "history.sqlite", "name": "w", "targets": {"cpu": None}})()
     assert _recorded(Store(tmp_path), resolved, tmp_path / "out", lambda: 0) == 0
     assert "not recorded in the history" in capsys.readouterr().err
+
+
+def test_runs_and_show_keep_ids_and_metric_names_whole_at_80_columns(
+    two_runs: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = _cli(capsys, "runs", "--store", str(two_runs["store"]))
+    assert "…" not in out and all(run_id in out for run_id in two_runs["ids"])
+    assert max(len(line) for line in out.splitlines()) <= 80
+    _, out, _ = _cli(capsys, "show", two_runs["ids"][0], "--store", str(two_runs["store"]))
+    table = out.split("\n  cpu: chose")[0]
+    assert "…" not in table and max(len(line) for line in table.splitlines()) <= 80
+    for name in ("cpu/0", "cpu/1", "fidelity.cosine_mean", "latency.speedup"):
+        assert name in table
+    assert "True" not in table and "False" not in table

@@ -1,0 +1,105 @@
+"""Text made for a person: one speedup per candidate, values never rounded onto the bar they
+failed, values spelt as in a workflow file, ids in natural order, output fitted to COLUMNS."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+from rich.console import Console
+from test_select import ref, resolved_with, result  # noqa: F401 (ref is a fixture)
+
+from engine import display
+from engine.cli import main
+from engine.core.stats import Interval
+from engine.report import _candidates_table
+from engine.results import CandidateResult
+from engine.select import select, violations
+from engine.workflow.schema import Constraint
+
+
+def _text(renderable: object, width: int = 250) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, highlight=False).print(renderable)
+    return out.getvalue()
+
+
+def _untimed(tmp_path: Path, number: int) -> CandidateResult:
+    """A candidate rejected on fidelity before it was timed: no speedup, no p50."""
+    rejected = result(tmp_path, number, speedup=[1.0], cosines=[0.5] * 32)
+    rejected.metrics = {"fidelity.cosine_mean": 0.5}
+    rejected.samples = {"fidelity.cosine_mean": {"statistic": "mean", "values": [0.5] * 32}}
+    return rejected
+
+
+def test_a_candidate_shows_one_speedup_the_paired_one(tmp_path, tiny_onnx, ref) -> None:  # noqa: F811
+    resolved = resolved_with(tmp_path, tiny_onnx)
+    fast = result(tmp_path, 1, speedup=[1.98, 2.0, 2.02] * 4, cosines=[1.0] * 32)
+    fast.metrics["latency.p50_ms"] = ref.metrics["latency.p50_ms"] / 5.55  # timed apart: another ratio
+    results = [ref, fast, _untimed(tmp_path, 2)]
+    select(resolved, results)
+    table = _text(_candidates_table(SimpleNamespace(resolved=resolved, results=results)))
+    row = next(line for line in table.splitlines() if " c1 " in line)
+    assert "5.55" not in row
+    assert display.speedup(fast.metrics["latency.speedup"]) in row  # the figure the why text gives
+    assert "latency.speedup 2" in fast.verdict
+
+
+def test_a_value_failing_its_bar_is_not_rounded_onto_it() -> None:
+    bar = Constraint(metric="fidelity.cosine_mean", min=0.99)
+    [just_below] = violations(bar, 0.98996, None)
+    assert just_below == "fidelity.cosine_mean = 0.98996 < min 0.99"
+    [lucky] = violations(bar, 0.990004, None, Interval(0.990004, 0.989996, 0.9921, 0.95))
+    assert "= 0.990004 (lower 95% bound 0.989996) < min 0.99" in lucky
+    ratio = Constraint(metric="fidelity.cosine_mean", max_drop_ratio=0.01)
+    [dropped] = violations(ratio, 0.98996, 1.0)
+    assert "dropped 1.004%" in dropped and "(max 1%)" in dropped
+
+
+def test_candidate_ids_sort_naturally(tmp_path, tiny_onnx, ref) -> None:  # noqa: F811
+    resolved = resolved_with(tmp_path, tiny_onnx)
+    results = [ref, *(result(tmp_path, n, speedup=[1.5] * 4, cosines=[1.0] * 32) for n in (10, 2))]
+    select(resolved, results)
+    table = _text(_candidates_table(SimpleNamespace(resolved=resolved, results=results)))
+    assert table.index(" c2 ") < table.index(" c10 ")
+    assert sorted(["ov-cpu/10", "ov-cpu/2", "ov-cpu/1"], key=display.natural_key) == ["ov-cpu/1", "ov-cpu/2", "ov-cpu/10"]
+
+
+def test_a_pass_listing_writes_values_as_a_workflow_does(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["passes", "ort_quantize"]) == 0
+    out = capsys.readouterr().out
+    assert "{'kind'" not in out and "True" not in out and "False" not in out
+    assert "per_channel: one of false, true" in out
+
+
+def test_tables_are_as_wide_as_columns_says_when_piped(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["passes", "ort_quantize"]) == 0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 80
+    monkeypatch.delenv("COLUMNS")
+    assert display.output_width(io.StringIO()) == display.PIPED_WIDTH
+
+
+def test_validate_wraps_problems_at_the_width_and_keeps_the_place_first(tmp_path, tiny_onnx, capsys, monkeypatch) -> None:
+    from engine_helpers import tiny_workflow, write_workflow
+
+    monkeypatch.setenv("COLUMNS", "80")
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["config"] = {"no_such_option_" + "x" * 10: 1, "another_unknown_option": 2}
+    path = write_workflow(tmp_path, workflow)
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    problem = next(line for line in lines if "no_such_option" in line)
+    assert problem.startswith(f"{path}:") and ": steps[0].config.no_such_option_xxxxxxxxxx:" in problem
+    assert all(len(line) <= 80 for line in lines if not line.startswith(str(path))), lines
+    assert all(line.startswith((str(path), "    ")) for line in lines[1:]), lines
+
+
+def test_wrapped_lines_indent_under_their_label() -> None:
+    text = "f.yaml:3: steps[0]: " + "word " * 30 + "\n    expected: " + "one " * 30
+    lines = display.wrap(text, 60).splitlines()
+    assert lines[0].startswith("f.yaml:3: steps[0]: ") and all(len(line) <= 60 for line in lines)
+    expected_at = next(i for i, line in enumerate(lines) if line.startswith("    expected: "))
+    assert lines[expected_at + 1].startswith(" " * len("    expected: ") + "one")
