@@ -26,7 +26,11 @@ def console() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`engine ... | head`): nothing more can be written
+        except BrokenPipeError:  # the reader closed the pipe before the last of it (`engine ... | head`)
+            from engine.exits import closed_pipe
+
+            code = closed_pipe()
+        except (OSError, ValueError):  # a stream already closed: nothing more can be written
             pass
     os._exit(code)
 

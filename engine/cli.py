@@ -10,17 +10,15 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, display
+from engine import __version__, exits
 from engine.core.errors import InputError, KilnError, Problem
+from engine.exits import EXIT_BAD_INPUT, EXIT_BUG, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
 from engine.optimize import options as optimize_options
 
-EXIT_OK, EXIT_NO_CHOICE, EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 WORKERS_HELP = "run up to N jobs at once (timings still run alone; default: one per core, at most 4, as memory allows; with --executor ray the cluster's CPUs)"
 
 
@@ -86,24 +84,6 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: workers killed, store consistent
 
 
-def _report_bug(error: BaseException) -> int:
-    """An error Kiln did not raise on purpose: say so, keep the traceback in a file, exit 3."""
-    folder = Path(os.environ.get("KILN_LOG_DIR") or tempfile.gettempdir())
-    path = folder / f"kiln-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"kiln {__version__}, argv {sys.argv}\n" + "".join(traceback.format_exception(error)), encoding="utf-8")
-        where = f"the traceback is in {path}"
-    except OSError:
-        traceback.print_exception(error)
-        where = "the traceback is above"
-    print(
-        f"internal error: {type(error).__name__}: {error}\nthis is a bug in Kiln; {where}. Please report it with that traceback.",
-        file=sys.stderr,
-    )
-    return EXIT_BUG
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command is None:
@@ -112,19 +92,30 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _dispatch(args)
+    except BrokenPipeError:
+        return exits.closed_pipe()
     except InputError as error:
-        print(display.wrap(str(error)), file=sys.stderr)
+        print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("\ninterrupted: finished jobs are in the store; run the same command again to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KilnError as error:
+        if _store_damaged(error):
+            print(f"error: the store is damaged: {error}\nrun `engine verify --repair` (then the command again)", file=sys.stderr)
+            return EXIT_STORE_DAMAGED
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - the one place an engine bug is caught: to say so
-        return _report_bug(error)
+        return exits.report_bug(error)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _store_damaged(error: KilnError) -> bool:
+    from engine.store import StoreDamaged  # loaded already when the store raised it
+
+    return isinstance(error, StoreDamaged)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -216,7 +207,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         except InputError as error:
             from engine.olive_cli import olive_hint
 
-            print(display.wrap(str(error) + olive_hint(file)), file=sys.stderr)
+            print(str(error) + olive_hint(file), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
         notes = resolved.input.notes + _environments(args, resolved)  # a Hub model to download, ...
@@ -363,8 +354,11 @@ def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
     except KeyboardInterrupt:
         status, code = "interrupted", EXIT_INTERRUPTED
         raise
-    except KilnError:
-        code = EXIT_BAD_INPUT
+    except KilnError as error:
+        code = EXIT_STORE_DAMAGED if _store_damaged(error) else EXIT_BAD_INPUT
+        raise
+    except BrokenPipeError:
+        code = EXIT_CLOSED_PIPE
         raise
     finally:
         history.finish(run_id, status, code, time.perf_counter() - started, output if status in ("ok", "no-choice") else None)

@@ -17,14 +17,13 @@ from typing import Any
 
 from engine import __version__, keys
 from engine.core.config import library_versions
-from engine.core.errors import KilnError
 from engine.core.hashing import sha256_file
 from engine.core.target import Target
 from engine.outdir import check_output_dir
 from engine.report_html import write_report
 from engine.results import CandidateResult, RunReport
 from engine.select import intervals_json, under_load
-from engine.store import Store, write_json_atomic
+from engine.store import Store, StoreDamaged, write_json_atomic
 
 
 def _copy_atomic(source: Path, destination: Path) -> None:
@@ -166,7 +165,7 @@ def _deliverable(store: Store, result: CandidateResult) -> Path:
         why = store.check_object(model.digest, model.format, full=True)
         if why:
             store.discard_object(model.digest)
-            raise KilnError(
+            raise StoreDamaged(
                 f"the stored model of {result.candidate.id} ({model.digest}) {why}; it was removed from the store. "
                 "Run the same command again to rebuild it."
             )

@@ -31,10 +31,16 @@ from typing import Any
 import psutil
 
 from engine import records
-from engine.core.errors import InputError
+from engine.core.errors import InputError, KilnError
 from engine.core.hashing import SCHEME, iter_files, manifest, sha256_file, sha256_json
 
 log = logging.getLogger(__name__)
+
+
+class StoreDamaged(KilnError):
+    """The store holds something damaged that a run cannot do without (a chosen model whose files
+    no longer match their digest): not the user's input, so the CLI gives it its own exit code (4)
+    and points at `engine verify --repair`."""
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
