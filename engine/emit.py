@@ -210,7 +210,7 @@ def _write_into(report: RunReport, folder: Path, output_dir: Path) -> None:
     write_json_atomic(folder / "workflow.lock.json", lock_document(report))
     events = output_dir / "events.jsonl"
     if events.is_file():
-        shutil.copy2(events, folder / "events.jsonl")  # the log of every run into this folder
+        shutil.copy2(events, folder / "events.jsonl")  # this run's log (EventLog wrote it fresh)
     write_report(folder)  # from the records just written, as `engine show RUN --html` writes it again
 
 

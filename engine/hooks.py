@@ -6,8 +6,10 @@ overrides what it needs (the terminal progress in engine.report, ``EventLog`` fo
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -125,19 +127,24 @@ class Tally(Hooks):
 
 
 class EventLog(Hooks):
-    """Appends each hook call as one JSON line to ``events.jsonl``."""
+    """Writes each hook call of one run as one JSON line to ``events.jsonl``: this run's events
+    only. They go to a new file beside it (``.events.jsonl.<id>.tmp``, flushed line by line, so a
+    run in progress can be followed there), which replaces ``events.jsonl`` in one rename when
+    the run ends, interrupted or not: the previous run's log stays whole until then."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         self.handle: Any = None
 
     def __enter__(self) -> EventLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.path, "a", encoding="utf-8")
+        self.handle = open(self.partial, "x", encoding="utf-8")
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.handle.close()
+        os.replace(self.partial, self.path)
 
     def write(self, kind: str, **fields: Any) -> None:
         self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")

@@ -43,11 +43,33 @@ class StoreDamaged(KilnError):
     and points at `engine verify --repair`."""
 
 
+_umask: int | None = None
+
+
+def file_mode() -> int:
+    """The mode ``open()`` gives a new file here: 0o666 less the process umask (0o644 under the
+    usual 022). ``tempfile.mkstemp`` creates its files 0o600 whatever the umask, so a file it
+    made and renamed into place would be the only private file among a run's outputs. The umask
+    is read from /proc (reading it with ``os.umask`` means setting it, which races with threads
+    creating files), else set back at once, and kept: a process does not change it."""
+    global _umask
+    if _umask is None:
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                _umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            _umask = os.umask(0o022)
+            os.umask(_umask)
+    return 0o666 & ~_umask
+
+
 def write_json_atomic(path: Path, value: Any) -> None:
-    """Write ``value`` as JSON to ``path`` via a temporary file in the same folder + rename."""
+    """Write ``value`` as JSON to ``path`` via a temporary file in the same folder + rename; the
+    file gets the mode any other new file gets (``file_mode``), not mkstemp's 0o600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(value, handle, indent=2, sort_keys=True, default=str)
             handle.write("\n")
