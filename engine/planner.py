@@ -24,6 +24,8 @@ from engine.space import SESSION, SKIP, Point, TargetSpace
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 INPUT = "input"
+#: the most distinct session settings tried each on the reference before the sampler
+MAX_SCREENED_SETTINGS = 1_000
 
 
 @dataclass(frozen=True)
@@ -328,10 +330,10 @@ def build_plan(resolved: ResolvedWorkflow, limit: int | None = None) -> Plan:
                 if room.full():
                     break
                 plan.candidate(target, point, baseline=True)
-        for point in space.grid():
+        for point in space.points():
             if room.full():
                 plan.dropped.append(
-                    f"{target}: the grid has {len(space.grid())} points; search.max_candidates={limit} keeps the first ones"
+                    f"{target}: the grid has {space.grid_size():,} points; search.max_candidates={limit} keeps the first ones"
                 )
                 break
             plan.candidate(target, point)
@@ -361,7 +363,9 @@ def screening_settings(resolved: ResolvedWorkflow, space: TargetSpace) -> list[d
         return []
     entry = resolved.targets[space.target]
     found: dict[str, dict[str, Any]] = {}
-    for point in space.settings_grid():
+    if space.settings_size() > MAX_SCREENED_SETTINGS:
+        return []  # too many to try each on the reference: the sampler draws among them
+    for point in space.settings_points():
         settings = entry.settings_of(space.settings(point))
         if settings:
             found.setdefault(sha256_json(settings), settings)

@@ -44,7 +44,7 @@ class GridSampler:
     max_repeats: int | None = None
 
     def __init__(self, space: TargetSpace) -> None:
-        self._points = iter(enumerate(space.grid()))
+        self._points = iter(enumerate(space.points()))
 
     def resume(self) -> list[Trial]:
         return []
@@ -172,7 +172,7 @@ class OptunaSampler:
         size = self.space.size()
         if size is None or size > GRID_LIMIT:
             return None
-        untried = [p for p in self.space.grid() if _key(self.space.to_optuna(p)) not in known]
+        untried = [p for p in self.space.points() if _key(self.space.to_optuna(p)) not in known]
         if not untried:
             return None
         point = random.Random(sha256_json({"seed": self.seed, "trial": number, "untried": True})).choice(untried)

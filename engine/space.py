@@ -10,11 +10,11 @@ The same names are used in records, reports and the samplers' storage.
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, flatten, grid_points, ordered_dims
+from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, flatten, grid_size, iter_grid_points, ordered_dims
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 Point = dict[str, Any]
@@ -83,9 +83,15 @@ class TargetSpace:
 
     def settings_grid(self) -> list[Point]:
         """Every combination of the searched settings, as point entries (``session.<option>``)."""
+        return list(self.settings_points())
+
+    def settings_points(self) -> Iterator[Point]:
+        """``settings_grid``, one at a time."""
         if not self.settings_dims:
-            return [{}]
-        return [{f"{SESSION}.{k}": v for k, v in p.items()} for p in grid_points(self.settings_dims, self._own)]
+            yield {}
+            return
+        for p in iter_grid_points(self.settings_dims, self._own):
+            yield {f"{SESSION}.{k}": v for k, v in p.items()}
 
     def default_settings(self) -> Point:
         """The settings as the target writes them (the searched ones that are active)."""
@@ -97,38 +103,57 @@ class TargetSpace:
 
     # -- enumerating ----------------------------------------------------------------------------
     def grid(self) -> list[Point]:
-        """Every point, in a stable order: path by path, then steps' options in file order, then
-        the session settings."""
-        points = [{**model, **settings} for model in self._model_grid() for settings in self.settings_grid()]
-        return points
+        """Every point, as a list (``points`` draws them one at a time, for a space of any size)."""
+        return list(self.points())
 
-    def _model_grid(self) -> list[Point]:
-        points: list[Point] = []
+    def points(self) -> Iterator[Point]:
+        """Every point, in a stable order: path by path, then steps' options in file order, then
+        the session settings. Lazy: a space of 10^12 points yields its first ones at once."""
+        for model in self._model_points():
+            for settings in self.settings_points():
+                yield {**model, **settings}
+
+    def _model_points(self) -> Iterator[Point]:
         for index, chain in enumerate(self.chains):
-            per_step: list[list[Point]] = []
-            for step in chain:
-                options = [{f"{step.id}.{k}": v for k, v in p.items()} for p in grid_points(step.search, step.config)]
-                if step.optional:
-                    variants = [{step.id: APPLY, **p} for p in options] + [{step.id: SKIP}]
-                else:
-                    variants = options
-                per_step.append(variants)
-            for combo in itertools.product(*per_step):
-                point: Point = {"branch": index} if len(self.chains) > 1 else {}
-                for part in combo:
-                    point.update(part)
-                points.append(point)
-        return points
+            head: Point = {"branch": index} if len(self.chains) > 1 else {}
+            yield from _product(head, [self._step_variants(step) for step in chain])
+
+    @staticmethod
+    def _step_variants(step: Step) -> Callable[[], Iterator[Point]]:
+        def variants() -> Iterator[Point]:
+            for p in iter_grid_points(step.search, step.config):
+                options = {f"{step.id}.{k}": v for k, v in p.items()}
+                yield {step.id: APPLY, **options} if step.optional else options
+            if step.optional:
+                yield {step.id: SKIP}
+
+        return variants
+
+    def settings_size(self) -> int:
+        """How many points ``settings_points`` yields, counted by arithmetic."""
+        return grid_size(self.settings_dims, self._own) if self.settings_dims else 1
 
     def size(self) -> int | None:
-        """How many distinct points the space has; None when a float range makes it continuous."""
+        """How many distinct points the space has, counted by arithmetic (nothing is listed);
+        None when a float range makes it continuous."""
         if any(isinstance(d.distribution, FloatRange) for d in self.settings_dims.values()):
             return None
         for chain in self.chains:
             for step in chain:
                 if any(isinstance(d.distribution, FloatRange) for d in step.search.values()):
                     return None
-        return len(self.grid())
+        return self.grid_size()
+
+    def grid_size(self) -> int:
+        """How many points ``points`` yields (a float range counts its grid points)."""
+        settings = self.settings_size()
+        models = 0
+        for chain in self.chains:
+            count = 1
+            for step in chain:
+                count *= grid_size(step.search, step.config) + int(step.optional)
+            models += count
+        return models * settings
 
     def defaults(self) -> list[Point]:
         """Per path, every step applied with its options at their configured (library) defaults."""
@@ -192,6 +217,17 @@ class TargetSpace:
             if key in params and isinstance(dim.distribution, Categorical) and not _primitive(dim.distribution.choices):
                 params[key] = dim.distribution.choices.index(params[key])
         return params
+
+
+def _product(head: Point, parts: list[Callable[[], Iterator[Point]]]) -> Iterator[Point]:
+    """``itertools.product`` of the parts' points, merged into ``head``, without listing any part
+    (each part is drawn afresh for every combination of the parts before it)."""
+    if not parts:
+        yield head
+        return
+    first, rest = parts[0], parts[1:]
+    for part in first():
+        yield from _product({**head, **part}, rest)
 
 
 def _optuna_distribution(dim: SearchDim) -> Any:

@@ -4,8 +4,9 @@ sampler protocol: what proposes points of a search space and learns from what th
 from __future__ import annotations
 
 import enum
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,9 +24,13 @@ class Distribution:
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def grid(self) -> list[Any]:
-        """The values a grid search visits."""
+    def grid(self) -> Sequence[Any]:
+        """The values a grid search visits (a lazy sequence: a range is never listed)."""
         raise NotImplementedError
+
+    def size(self) -> int:
+        """How many values ``grid`` holds, counted without listing them."""
+        return len(self.grid())
 
     def contains(self, value: Any) -> bool:
         raise NotImplementedError
@@ -64,8 +69,8 @@ class IntRange(Distribution):
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "low": self.low, "high": self.high, "step": self.step, "log": self.log}
 
-    def grid(self) -> list[Any]:
-        return list(range(self.low, self.high + 1, self.step))
+    def grid(self) -> range:
+        return range(self.low, self.high + 1, self.step)
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, int) and self.low <= value <= self.high and (value - self.low) % self.step == 0
@@ -155,22 +160,66 @@ def ordered_dims(dims: dict[str, SearchDim]) -> list[str]:
     return placed
 
 
-def grid_points(dims: dict[str, SearchDim], base: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
-    """Every combination of the grid values of ``dims``, each option present only where its
-    ``when`` holds (given ``base``, the step's fixed options, and the point so far)."""
-    points: list[dict[str, Any]] = [{}]
-    for name in ordered_dims(dims):
+def iter_grid_points(dims: dict[str, SearchDim], base: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every combination of the grid values of ``dims``, one at a time (the first option varies
+    slowest), each option present only where its ``when`` holds (given ``base``, the step's fixed
+    options, and the point so far). Nothing is listed: a range of 10^12 values costs nothing
+    until its points are drawn."""
+    order = ordered_dims(dims)
+
+    def walk(at: int, point: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if at == len(order):
+            yield point
+            return
+        name = order[at]
         dim = dims[name]
-        grown: list[dict[str, Any]] = []
-        for point in points:
-            if dim.active({**base, **point}):
-                grown.extend({**point, name: value} for value in dim.distribution.grid())
-            else:
-                grown.append(point)
-            if limit is not None and len(grown) > limit:
-                return grown[:limit]
-        points = grown
-    return points
+        if not dim.active({**base, **point}):
+            yield from walk(at + 1, point)
+            return
+        for value in dim.distribution.grid():
+            yield from walk(at + 1, {**point, name: value})
+
+    return walk(0, {})
+
+
+def grid_points(dims: dict[str, SearchDim], base: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
+    """The first ``limit`` (default: all) points of ``iter_grid_points``, as a list."""
+    return list(itertools.islice(iter_grid_points(dims, base), limit))
+
+
+class _Other:
+    """A value of a conditioning option that no ``when:`` names (equal to none of them)."""
+
+
+def grid_size(dims: dict[str, SearchDim], base: dict[str, Any]) -> int:
+    """How many points ``iter_grid_points`` yields, counted by arithmetic: an option no ``when:``
+    reads multiplies the count by its number of values; an option one reads is split into the
+    values the conditions name and the others, which all count alike."""
+    order = ordered_dims(dims)
+    read = {option for dim in dims.values() for option in (dim.when or {})}
+    named: dict[str, list[Any]] = {}
+    for dim in dims.values():
+        for option, wanted in (dim.when or {}).items():
+            for value in wanted if isinstance(wanted, list) else [wanted]:
+                if value not in named.setdefault(option, []):
+                    named[option].append(value)
+
+    def count(at: int, point: dict[str, Any]) -> int:
+        if at == len(order):
+            return 1
+        name = order[at]
+        dim = dims[name]
+        if not dim.active({**base, **point}):
+            return count(at + 1, point)
+        values = dim.distribution.size()
+        if name not in read:
+            return values * count(at + 1, point)
+        hits = [value for value in named.get(name, []) if value in dim.distribution.grid()]
+        total = sum(count(at + 1, {**point, name: value}) for value in hits)
+        others = values - len(hits)
+        return total + (others * count(at + 1, {**point, name: _Other()}) if others > 0 else 0)
+
+    return count(0, {})
 
 
 # -- samplers -------------------------------------------------------------------------------------

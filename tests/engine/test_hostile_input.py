@@ -77,3 +77,56 @@ def test_a_folder_as_the_workflow_path_is_refused(tmp_path):
     folder.mkdir()
     for command in ("validate", "plan"):
         assert_refused(engine(command, str(folder)), "is a directory", "fix:")
+
+
+def _huge_step_search(model: Path, points: int, cap: int | None) -> dict:
+    workflow = tiny_workflow(model)
+    workflow["steps"][0]["config"] = {"mode": "static", "calibration": "rows"}
+    workflow["steps"][0]["search"] = {"num_bins": {"low": 2, "high": points + 1}}
+    if cap is not None:
+        workflow["search"] = {"max_candidates": cap}
+    return workflow
+
+
+def test_a_huge_step_range_with_max_candidates_is_sized_and_planned_without_being_listed(tmp_path, tiny_onnx):
+    import time
+
+    from engine.planner import build_plan
+
+    path = write_workflow(tmp_path, _huge_step_search(tiny_onnx, 10**12, 3))
+    started = time.monotonic()
+    plan = build_plan(load_workflow(path))
+    assert plan.spaces["cpu"].size() == 10**12
+    assert len(plan.candidates_of("cpu")) == 3
+    assert any("1,000,000,000,000 points" in note for note in plan.dropped)
+    assert time.monotonic() - started < 10
+
+
+def test_a_huge_target_range_is_refused_with_exit_2(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    del workflow["targets"][0]["intra_op_threads"]
+    workflow["targets"][0]["search"] = {"intra_op_threads": {"low": 1, "high": 10**12, "step": 1}}
+    path = write_workflow(tmp_path, workflow)
+    assert_refused(engine("validate", str(path)), "targets[0].search.intra_op_threads")
+
+
+def test_a_grid_larger_than_the_bound_without_max_candidates_is_refused_by_validate_and_plan(tmp_path, tiny_onnx):
+    path = write_workflow(tmp_path, _huge_step_search(tiny_onnx, 10**7, None))
+    for command in ("validate", "plan"):
+        assert_refused(engine(command, str(path)), "search.sampler", "10,000,000 points", "expected:", "max_candidates")
+
+
+def test_the_size_of_a_conditional_space_is_counted_as_its_points_are_listed():
+    from engine.core.search import Categorical, IntRange, SearchDim, grid_points, grid_size
+
+    dims = {
+        "mode": SearchDim(Categorical(("a", "b", "c"))),
+        "n": SearchDim(IntRange(1, 7, 2), {"mode": ["a", "c"]}),
+        "flag": SearchDim(Categorical((False, True)), {"n": 3}),
+        "other": SearchDim(IntRange(0, 4), {"mode": "b"}),
+        "free": SearchDim(Categorical((1, 2))),
+    }
+    for base in ({}, {"mode": "a"}):
+        assert grid_size(dims, base) == len(grid_points(dims, base))
+    assert grid_size({"x": SearchDim(IntRange(0, 10**12 - 1))}, {}) == 10**12
+    assert grid_points({"x": SearchDim(IntRange(0, 10**12 - 1))}, {}, limit=2) == [{"x": 0}, {"x": 1}]

@@ -54,9 +54,41 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     if problems:
         raise InputError(problems)
     assert spec is not None and input_model is not None
-    return ResolvedWorkflow(
+    resolved = ResolvedWorkflow(
         file=source.file, spec=spec, input=input_model, steps=steps, targets=targets, evaluators=evaluators, datasets=datasets
     )
+    problems.extend(grid_too_large(resolved, source))
+    if problems:
+        raise InputError(problems)
+    return resolved
+
+
+#: the most points a grid search visits without ``search.max_candidates``
+MAX_GRID_POINTS = 100_000
+
+
+def grid_too_large(resolved: ResolvedWorkflow, source: WorkflowSource) -> list[Problem]:
+    """A grid search with no ``max_candidates`` visits every point: a space larger than
+    MAX_GRID_POINTS is refused (its size is counted, never listed)."""
+    search = resolved.spec.search
+    if search.sampler != "grid" or search.max_candidates is not None:
+        return []
+    from engine.space import TargetSpace  # the space is built of a resolved workflow
+
+    problems = []
+    for target in resolved.targets:
+        size = TargetSpace(resolved, target).grid_size()
+        if size > MAX_GRID_POINTS:
+            problems.append(
+                source.problem(
+                    ("search", "sampler"),
+                    f"the grid search visits every point, and target '{target}' has a space of {size:,} points",
+                    expected=f"at most {MAX_GRID_POINTS:,} points for a grid with no search.max_candidates",
+                    given=f"{size:,} points",
+                    hint="set search.max_candidates (the grid keeps the first points), use sampler: random or tpe, or narrow the ranges",
+                )
+            )
+    return problems
 
 
 def sampler_objectives(spec: Workflow, source: WorkflowSource) -> list[Problem]:
