@@ -12,7 +12,8 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from engine.hooks import Hooks
 from engine.jobs import PassSpec
@@ -30,11 +31,33 @@ class _Counts:
     evals_cached: int = 0
     evals_failed: int = 0
     candidates: int = 0
+    started: float = 0.0  # when the target's search began (the progress clock)
+    work_s: float = 0.0  # the durations of the jobs and evaluations finished so far
     running: dict[str, float] = field(default_factory=dict)  # job label -> when it started
     evaluating: dict[str, float] = field(default_factory=dict)  # "candidate evaluation" -> when it started
 
+    def shown_total(self) -> int | None:
+        """The total shown: never below what is done (an estimate that came out short grows)."""
+        return None if self.total is None else max(self.total, self.candidates)
+
     def left(self) -> str:
-        return f", {max(0, self.total - self.candidates)} left" if self.total is not None else ""
+        total = self.shown_total()
+        return f", {total - self.candidates} left" if total is not None else ""
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left: the time per candidate so far times the candidates left. Before the
+        first candidate is done, the time it has taken so far (at least its finished jobs' and
+        evaluations' durations) stands for one candidate, once one job or evaluation finished.
+        None when nothing finished yet or the total is unknown."""
+        total = self.shown_total()
+        if total is None:
+            return None
+        left, elapsed = total - self.candidates, max(0.0, now - self.started)
+        if self.candidates:
+            return elapsed / self.candidates * left
+        if self.jobs_done + self.evals_done:
+            return max(elapsed, self.work_s) * left
+        return None
 
     def text(self) -> str:
         failed = f", [red]{self.jobs_failed} failed[/red]" if self.jobs_failed else ""
@@ -43,6 +66,23 @@ class _Counts:
             f"jobs {self.jobs_done} done, {len(self.running)} running, {self.jobs_cached} cached{failed} · "
             f"evaluations {self.evals_done} run, {len(self.evaluating)} running, {self.evals_cached} cached{evals_failed}"
         )
+
+
+class _Eta(ProgressColumn):
+    """The ETA of a target from ``LiveProgress.eta`` (rich's own needs two candidates finished
+    within its 30 s window, so it stays at -:--:-- while candidates take longer than that)."""
+
+    def __init__(self, eta: Callable[[TaskID], float | None]) -> None:
+        super().__init__()
+        self.eta = eta
+
+    def render(self, task: Task) -> Text:
+        seconds = self.eta(task.id)
+        if seconds is None:
+            return Text("-:--:--", style="progress.remaining")
+        minutes, secs = divmod(round(seconds), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"{hours}:{minutes:02d}:{secs:02d}", style="progress.remaining")
 
 
 class _Bars(Progress):
@@ -67,7 +107,7 @@ class LiveProgress(Hooks):
             TextColumn("candidates{task.fields[left]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
-            TimeRemainingColumn(),
+            _Eta(self.eta),
             console=console,
             get_time=clock,
             refresh_per_second=4,
@@ -93,7 +133,12 @@ class LiveProgress(Hooks):
         return self.targets[name]
 
     def _update(self, counts: _Counts) -> None:
-        self.bars.update(counts.task, completed=counts.candidates, total=counts.total, left=counts.left())
+        self.bars.update(counts.task, completed=counts.candidates, total=counts.shown_total(), left=counts.left())
+
+    def eta(self, task: TaskID) -> float | None:
+        with self._lock:
+            counts = next((c for c in self.targets.values() if c.task == task), None)
+            return None if counts is None else counts.eta(self.clock())
 
     def _say(self, text: str) -> None:
         self.bars.console.print(text)
@@ -120,7 +165,7 @@ class LiveProgress(Hooks):
             self.current = target
             if target not in self.targets:
                 task = self.bars.add_task(target, total=candidates, left="")
-                self.targets[target] = _Counts(task, candidates)
+                self.targets[target] = _Counts(task, candidates, started=self.clock())
             self._update(self.targets[target])
 
     def model_download_started(self, model: str, commit: str, files: int) -> None:
@@ -144,15 +189,16 @@ class LiveProgress(Hooks):
             counts.running[job.label] = self.clock()
             self._update(counts)
 
-    def _job_end(self, job: PassSpec, field_name: str) -> None:
+    def _job_end(self, job: PassSpec, field_name: str, seconds: float | None = None) -> None:
         with self._lock:
             counts = next((c for c in self.targets.values() if job.label in c.running), None) or self._counts()
             counts.running.pop(job.label, None)
+            counts.work_s += seconds or 0.0
             setattr(counts, field_name, getattr(counts, field_name) + 1)
             self._update(counts)
 
     def job_done(self, job: PassSpec, status: str, seconds: float | None) -> None:
-        self._job_end(job, "jobs_done" if status == "ran" else "jobs_cached")
+        self._job_end(job, "jobs_done" if status == "ran" else "jobs_cached", seconds)
 
     def job_failed(self, job: PassSpec, error: str | None) -> None:
         self._job_end(job, "jobs_failed")
@@ -167,12 +213,13 @@ class LiveProgress(Hooks):
         self._eval(candidate, "evals_cached")
 
     def eval_done(self, candidate: str, evaluation: str, status: str, seconds: float | None) -> None:
-        self._eval(candidate, "evals_done", evaluation)
+        self._eval(candidate, "evals_done", evaluation, seconds)
 
-    def _eval(self, candidate: str, field_name: str, evaluation: str = "") -> None:
+    def _eval(self, candidate: str, field_name: str, evaluation: str = "", seconds: float | None = None) -> None:
         with self._lock:
             counts = self._counts(_target_of(candidate))
             counts.evaluating.pop(f"{candidate} {evaluation}", None)
+            counts.work_s += seconds or 0.0
             setattr(counts, field_name, getattr(counts, field_name) + 1)
             self._update(counts)
 

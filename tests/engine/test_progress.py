@@ -116,3 +116,20 @@ def test_a_run_announces_each_target_with_the_candidates_it_processes(tmp_path, 
     record = Record()
     run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), record)
     assert record.started == [("cpu", 3)] and record.done == 3  # the reference and the two per_channel points
+
+
+def test_more_candidates_than_estimated_never_show_more_done_than_total_and_eta_follows_finished_work():
+    clock = Clock()
+    console = Console(file=io.StringIO(), force_terminal=True, width=200, color_system=None)
+    progress = LiveProgress(console, "latency.p50_ms", "min", clock=clock)
+    progress.target_started("cpu", 2)
+    assert "-:--:--" in _render(progress)  # nothing finished: no estimate
+    progress.job_started(_job("export"))
+    clock.now += 60.0
+    progress.job_done(_job("export"), "ran", 60.0)
+    assert "0:02:00" in _render(progress)  # one job of the first candidate took a minute: 2 candidates left
+    for index in range(3):
+        clock.now += 60.0
+        progress.candidate_done(_result("cpu", index, 5.0), measured=True)  # type: ignore[arg-type]
+    out = _render(progress)
+    assert "3/3 candidates, 0 left" in out and "0:00:00" in out
