@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import textwrap
 from collections.abc import Mapping
 from typing import IO, Any
@@ -16,8 +17,8 @@ from typing import IO, Any
 PIPED_WIDTH = 100
 
 
-def output_width(stream: IO[str] | None = None) -> int:
-    """COLUMNS when set; else the terminal's width when ``stream`` is a terminal; else 100."""
+def terminal_width(stream: IO[str] | None = None) -> int | None:
+    """COLUMNS when set; else the terminal's width when ``stream`` is a terminal; else None."""
     columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -26,7 +27,12 @@ def output_width(stream: IO[str] | None = None) -> int:
             return os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
         pass
-    return PIPED_WIDTH
+    return None
+
+
+def output_width(stream: IO[str] | None = None) -> int:
+    """The width tables are laid out at: ``terminal_width``, else (a pipe, a CI log) 100."""
+    return terminal_width(stream) or PIPED_WIDTH
 
 
 _PLACE = re.compile(r"^(\S+:\d+:) \S+:(\s|$)")
@@ -35,10 +41,13 @@ _LABELLED = re.compile(r"^(\s*)(expected|given|fix|hint|note|why):\s+")
 
 
 def wrap(text: str, width: int | None = None) -> str:
-    """Each line of ``text`` wrapped at ``width`` (default: ``output_width``); a wrapped line's
-    continuation is indented under its text ("expected: ..." under the value), so the first line
-    keeps its ``file:line: key:`` prefix. Words (paths, keys) are never broken."""
-    width = width or output_width()
+    """Each line of ``text`` wrapped at ``width`` (default: ``terminal_width`` of stderr; text
+    piped without COLUMNS stays one line a message, for grep); a wrapped line's continuation is
+    indented under its text ("expected: ..." under the value), and the first line keeps its
+    ``file:line: key:`` prefix. Words (paths, keys) are never broken."""
+    width = width or terminal_width(sys.stderr)
+    if not width:
+        return text
     out = []
     for line in text.splitlines():
         place = _PLACE.match(line)

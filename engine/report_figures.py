@@ -1,7 +1,9 @@
 """The plots of report.html (engine.report_html): per target, the (first) objective against each
 other objective and constraint metric, as plotly.js figure JSON: the chosen point, the reference
 and the Pareto front marked, intervals as error bars, constraint bounds as dashed lines,
-candidates rejected before their timing as crosses along the bottom edge."""
+candidates rejected before their timing as crosses in a strip of their own below the plot (they
+have no time to be drawn at). The title is the page's (engine.report_html writes it above the
+figure), so plotly's toolbar covers nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +15,17 @@ def figures(rows: list[dict[str, Any]], select: dict[str, Any]) -> list[dict[str
     candidate number when there is none)."""
     objective, *others = [o["metric"] for o in objectives(select)]
     metrics = list(dict.fromkeys(m for m in [*others, *(c["metric"] for c in select.get("constraints", []))] if m != objective))
-    return [{"x": x, "y": objective, "figure": _figure(rows, select, x)} for x in metrics or ["#"]]
+    goal = objectives(select)[0].get("goal", "min")
+    better = "lower" if goal == "min" else "higher"
+    return [
+        {
+            "x": x,
+            "y": objective,
+            "title": f"{objective} ({better} is better) against {'candidate' if x == '#' else x}",
+            **_figure(rows, select, x),
+        }
+        for x in metrics or ["#"]
+    ]
 
 
 _GROUPS = (
@@ -48,9 +60,10 @@ def objectives(select: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[str, Any]:
-    """The figure as plotly.js's figure JSON, written here as dicts on purpose: plotly's Python
-    graph_objects only validate such dicts, and their validators load on first use (0.19 s of
-    every run's end, a sixth of a warm re-run)."""
+    """``figure``: plotly.js's figure JSON, written here as dicts on purpose (plotly's Python
+    graph_objects only validate such dicts, and their validators load on first use: 0.19 s of
+    every run's end, a sixth of a warm re-run); ``placed``: how many candidates it draws at a
+    measured point."""
     objective = objectives(select)[0]["metric"]
     placed = [c for c in rows if c.get("state") == "complete" and value_of(c, x) is not None and value_of(c, objective) is not None]
     data: list[dict[str, Any]] = []
@@ -64,7 +77,11 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
                     error_x=_error_bars(members, x) if x != "#" else None, error_y=_error_bars(members, objective),
                 )
             )  # fmt: skip
-    data += _untimed(rows, placed, x, objective)
+    if len(placed) <= 2:  # a point or two: labelled, so the plot does not look empty
+        for trace in data:
+            trace.update(mode="markers+text", texttemplate="%{customdata}", textposition="top center")
+    untimed = _untimed(rows, x, objective)
+    data += untimed
     reference = next((c for c in rows if c.get("reference")), None)
     shapes, notes = [], []
     for constraint in select.get("constraints", []):
@@ -75,14 +92,14 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
             along = "y" if across == "x" else "x"
             line = {f"{across}ref": across, f"{across}0": bound, f"{across}1": bound, f"{along}ref": f"{along} domain"}
             shapes.append({"type": "line", **line, f"{along}0": 0, f"{along}1": 1, "line": {"dash": "dash", "color": "#d62728"}})
+            if untimed and across == "x":  # the bar through the strip of those not timed too
+                shapes.append({**shapes[-1], "yref": "y2 domain"})
             notes.append(
                 {f"{across}ref": across, across: bound, f"{along}ref": f"{along} domain", along: 1, "showarrow": False,
                  "text": f"{constraint['metric']} {label}", "xanchor": "left" if across == "x" else "right", "yanchor": "bottom"}
             )  # fmt: skip
-    goal = objectives(select)[0].get("goal", "min")
     grid = {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "automargin": True}
     layout = {
-        "title": {"text": f"{objective} ({'lower' if goal == 'min' else 'higher'} is better) against {'candidate' if x == '#' else x}"},
         "xaxis": {"title": {"text": "candidate" if x == "#" else x}, **grid},
         "yaxis": {"title": {"text": objective}, **grid},
         "plot_bgcolor": "white",
@@ -91,9 +108,15 @@ def _figure(rows: list[dict[str, Any]], select: dict[str, Any], x: str) -> dict[
         "shapes": shapes,
         "annotations": notes,
         "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
+        "modebar": {"orientation": "v"},
     }
-    return {"data": data, "layout": layout}
+    if untimed:
+        layout["yaxis"]["domain"] = [0.3, 1]
+        layout["xaxis2"] = {"matches": "x", "anchor": "y2", "showticklabels": False, **grid}
+        strip = {"showticklabels": False, "showgrid": False, "zeroline": False, "range": [-1, 1], "fixedrange": True}
+        layout["yaxis2"] = {"domain": [0, 0.1], "anchor": "x2", "title": {"text": "not timed", "font": {"size": 11}}, **strip}
+    return {"figure": {"data": data, "layout": layout}, "placed": len(placed)}
 
 
 def _scatter(
@@ -105,26 +128,19 @@ def _scatter(
     return {**trace, **{key: value for key, value in more.items() if value is not None}}
 
 
-def _untimed(rows: list[dict[str, Any]], placed: list[dict[str, Any]], x: str, objective: str) -> list[dict[str, Any]]:
+def _untimed(rows: list[dict[str, Any]], x: str, objective: str) -> list[dict[str, Any]]:
     """Candidates rejected before the objective was measured (a failed constraint spares the
-    timing) have no y: they are drawn as crosses along the bottom edge, at their x."""
+    timing) have no y: they are drawn at their x in a strip of their own under the plot, named
+    for what rejected them, never at a made-up time."""
     untimed = [c for c in rows if c.get("state") == "complete" and value_of(c, x) is not None and value_of(c, objective) is None]
     if not untimed or x == "#":
         return []
-    ys = [value_of(c, objective) or 0.0 for c in placed] or [0.0]
-    floor = min(ys) - 0.1 * (max(ys) - min(ys) or abs(min(ys)) * 0.02 or 1.0)
-    name = f"not measured on {objective} (failed a constraint first)"
+    failed = dict.fromkeys(v.split(" ")[0] for c in untimed for v in c.get("violations") or [])
+    name = f"not timed (rejected on {', '.join(failed) or 'a constraint'})"
     texts = [f"{c['id']} {c['path']}: {why_of(c)}" for c in untimed]
-    trace = _scatter(
-        untimed,
-        x,
-        objective,
-        name,
-        {"symbol": "x", "size": 9, "color": "#d62728"},
-        texts,
-        "%{text}<br>" + f"{x}: %{{x}}<extra>not measured</extra>",
-    )
-    return [{**trace, "y": [floor] * len(untimed)}]
+    marker = {"symbol": "x", "size": 9, "color": "#d62728"}
+    trace = _scatter(untimed, x, objective, name, marker, texts, "%{text}<br>" + f"{x}: %{{x}}<extra>not timed</extra>")
+    return [{**trace, "y": [0] * len(untimed), "xaxis": "x2", "yaxis": "y2"}]
 
 
 def _bounds(constraint: dict[str, Any], reference: dict[str, Any] | None) -> list[tuple[str, float]]:

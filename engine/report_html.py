@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import KilnError
+from engine.display import flag, natural_key, number
 from engine.report_figures import figures, objectives, value_of, why_of
 
 REPORT_NAME = "report.html"
@@ -27,7 +28,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1,h2,h3{font-weig
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f2f2f2}table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#999}
 tr.chosen{background:#fff6d5}tr.failed{background:#fde8e8}code,pre{font-size:.85em}pre{background:#f7f7f7;padding:.5em;overflow:auto}
-.plot{width:100%;max-width:900px;height:420px}.muted{color:#777}ol.lineage li{margin:.2em 0}
+.plot{width:100%;max-width:900px;height:420px}h4.plot-title{margin:1em 0 0;font-weight:500}.muted{color:#777}ol.lineage li{margin:.2em 0}
 """
 
 _SCRIPT = """
@@ -139,7 +140,14 @@ def _target_section(target: str, rows: list[dict[str, Any]], select: dict[str, A
         parts.append("<p><b>no candidate completed and met the constraints</b></p>")
     if objectives(select):
         parts.append("<h3>objective against constraints</h3>")
-        parts += [_figure_html(target, figure) for figure in figures(rows, select)]
+        for figure in figures(rows, select):
+            parts.append(f'<h4 class="plot-title">{escape(figure["title"])}</h4>')
+            if figure["placed"] == 0:
+                parts.append(
+                    f"<p class='muted no-plot'>nothing to plot: no candidate of this target was measured on both {escape(figure['y'])} and {escape(figure['x'])}</p>"
+                )
+            else:
+                parts.append(_figure_html(target, figure))
     parts += ["<h3>candidates</h3>", _table(rows, select), "<h3>lineage</h3>", _lineage(rows)]
     parts.append("<h3>inference settings to deploy with</h3>")
     if deploy:
@@ -163,7 +171,7 @@ def _figure_html(target: str, figure: dict[str, Any]) -> str:
 
 
 def _number(value: float) -> str:
-    return f"{value:.4g}"
+    return number(value)
 
 
 def _metric_cell(candidate: dict[str, Any], metric: str) -> str:
@@ -179,7 +187,7 @@ def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
     metrics = list(dict.fromkeys([o["metric"] for o in objectives(select)] + [c["metric"] for c in select.get("constraints", [])]))
     head = ["#", "path", "state", *metrics, "pareto", "why"]
     lines = ['<table class="sortable candidates"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
-    for c in rows:
+    for c in sorted(rows, key=lambda c: natural_key(c["id"])):
         state = "★ chosen" if c.get("chosen") else c.get("state", "")
         why = why_of(c)
         css = "chosen" if c.get("chosen") else "failed" if c.get("state") == "failed" else ""
@@ -189,7 +197,7 @@ def _table(rows: list[dict[str, Any]], select: dict[str, Any]) -> str:
             f'<tr class="{css}" data-candidate="{escape(c["id"])}"><td data-v="{escape(number)}">{escape(number)}</td><td>{path}</td>'
             f"<td>{escape(state)}</td>"
             + "".join(_metric_cell(c, m) for m in metrics)
-            + f"<td>{'yes' if c.get('pareto') else ''}</td><td>{escape(why)}</td></tr>"
+            + f"<td>{flag(bool(c.get('pareto')))}</td><td>{escape(why)}</td></tr>"
         )
     return "\n".join([*lines, "</tbody></table>"])
 

@@ -110,9 +110,9 @@ def test_the_plot_holds_every_complete_candidate_the_chosen_point_and_the_constr
     plotted = {i for trace in traces.values() for i in trace["customdata"]}
     assert plotted == {c["id"] for c in candidates if c["state"] == "complete"}
     by_id = {c["id"]: c for c in candidates}
-    for name, trace in traces.items():  # a candidate rejected before timing sits on the bottom edge, at its x
+    for name, trace in traces.items():  # a candidate rejected before timing sits in a strip of its own, at its x
         timed = [("latency.p50_ms" in by_id[i]["metrics"]) for i in trace["customdata"]]
-        assert all(not t for t in timed) if name.startswith("not measured") else all(timed)
+        assert all(not t for t in timed) if name.startswith("not timed") else all(timed)
     chosen = next(c for c in candidates if c["chosen"])
     assert traces["chosen"]["customdata"] == [chosen["id"]]
     assert traces["chosen"]["y"] == [chosen["metrics"]["latency.p50_ms"]]
@@ -226,3 +226,51 @@ def test_bounds_on_the_objective_and_drops_from_the_reference_are_drawn(run_outp
     (copy / "candidates.json").write_text(json.dumps(document))
     [figure] = _parse(write_report(copy)).figures
     assert figure["data-x"] == "#" and sorted(x for t in figure["figure"]["data"] for x in t["x"]) == [0, 1, 2]
+
+
+def _rewritten(run_output: Path, tmp_path: Path, change: Any) -> _Page:
+    copy = tmp_path / "changed"
+    shutil.copytree(run_output, copy, ignore=shutil.ignore_patterns(REPORT_NAME, "model"))
+    document = json.loads((copy / "candidates.json").read_text())
+    change(document)
+    (copy / "candidates.json").write_text(json.dumps(document))
+    return _parse(write_report(copy))
+
+
+def test_plot_titles_are_on_the_page_above_the_figure_where_the_toolbar_is_not(run_output: Path, page: _Page) -> None:
+    [figure] = page.figures
+    assert "title" not in figure["figure"]["layout"]
+    html = (run_output / REPORT_NAME).read_text()
+    title = html.index('<h4 class="plot-title">latency.p50_ms (lower is better) against fidelity.cosine_mean</h4>')
+    assert title < html.index('class="plot"', title)
+
+
+def test_candidates_never_timed_are_drawn_apart_not_at_a_made_up_time(run_output: Path, tmp_path: Path) -> None:
+    def untime(document: dict[str, Any]) -> None:
+        last = document["candidates"][-1]
+        last.update(chosen=False, feasible=False, violations=["fidelity.cosine_mean = 0.5 < min 0.9"])
+        last["metrics"] = {"fidelity.cosine_mean": 0.5}
+
+    [figure] = _rewritten(run_output, tmp_path, untime).figures
+    traces = figure["figure"]["data"]
+    [strip] = [t for t in traces if t["name"].startswith("not timed")]
+    assert strip["name"] == "not timed (rejected on fidelity.cosine_mean)" and strip["yaxis"] == "y2"
+    assert all(t.get("yaxis", "y") == "y" for t in traces if t is not strip)
+    layout = figure["figure"]["layout"]
+    assert layout["yaxis2"]["domain"][1] < layout["yaxis"]["domain"][0]  # below the plot, not on its axis
+
+
+def test_a_target_with_one_candidate_shows_it_labelled_or_says_why_there_is_no_plot(run_output: Path, tmp_path: Path) -> None:
+    def only_the_reference(document: dict[str, Any]) -> None:
+        document["candidates"] = [c for c in document["candidates"] if c["reference"]]
+
+    [figure] = _rewritten(run_output, tmp_path, only_the_reference).figures
+    [trace] = figure["figure"]["data"]
+    assert trace["mode"] == "markers+text" and trace["texttemplate"] == "%{customdata}"
+
+    def nothing_timed(document: dict[str, Any]) -> None:
+        for c in document["candidates"]:
+            c["metrics"].pop("latency.p50_ms", None)
+
+    page = _rewritten(run_output, tmp_path / "none", nothing_timed)
+    assert not page.figures and "nothing to plot" in "".join(page.text)

@@ -103,3 +103,9 @@ def test_wrapped_lines_indent_under_their_label() -> None:
     assert lines[0].startswith("f.yaml:3: steps[0]: ") and all(len(line) <= 60 for line in lines)
     expected_at = next(i for i, line in enumerate(lines) if line.startswith("    expected: "))
     assert lines[expected_at + 1].startswith(" " * len("    expected: ") + "one")
+
+
+def test_messages_piped_without_columns_stay_one_line_each(monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    line = "f.yaml:3: steps[0]: " + "word " * 40
+    assert display.wrap(line) == line

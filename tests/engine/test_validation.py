@@ -4,6 +4,7 @@ fix; the CLI exits 2 without a traceback and writes nothing to the store."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -198,7 +199,8 @@ def test_cli_exits_2_with_no_traceback_and_writes_nothing(tmp_path, tiny_onnx):
     path = write_workflow(tmp_path, workflow)
     store = tmp_path / "store"
     for command in (["validate", str(path)], ["run", str(path), "--store", str(store), "-o", str(tmp_path / "out")]):
-        done = subprocess.run([*engine_cmd(), *command], capture_output=True, text=True, timeout=120)
+        wide = {**os.environ, "COLUMNS": "1000"}  # each problem's first line whole, however long the path
+        done = subprocess.run([*engine_cmd(), *command], capture_output=True, text=True, timeout=120, env=wide)
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
         line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "ort_quantise" in text)
