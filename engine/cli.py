@@ -246,13 +246,15 @@ def _print_code(resolved: Any) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from engine.plan_status import explain_plan
     from engine.report import print_plan
+    from engine.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(args.workflow)
     _print_code(resolved)
     for line in resolved.input.notes + _environments(args, resolved):
         print(line)
-    print_plan(explain_plan(resolved, _open_store(args, resolved)), explain_misses=args.explain)
+    store = Store(_store_dir(args, resolved), read_only=True)  # a plan reads the store, never creates or writes it
+    print_plan(explain_plan(resolved, store), explain_misses=args.explain)
     return EXIT_OK
 
 

@@ -103,14 +103,18 @@ def _relative(root: Path, file: Path) -> str:
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, read_only: bool = False) -> None:
         self.root = Path(root)
+        #: a view that writes nothing (`engine plan`): no folder is created, no memo filed
+        self.read_only = read_only
         self.objects = self.root / "objects"
         self.keys = self.root / "keys"
         self.tmp = self.root / "tmp"
         self.manifests = self.root / "manifests"
 
     def ensure(self) -> Store:
+        if self.read_only:
+            return self
         for folder in (self.objects, self.keys, self.tmp, self.manifests):
             folder.mkdir(parents=True, exist_ok=True)
         return self
@@ -306,11 +310,15 @@ class Store:
         entries = manifest(root, only)
         digest = _memo_digest({"files": entries}, kind, stats, extra)
         assert digest is not None
+        if self.read_only:
+            return digest
         write_json_atomic(entry, {"digest": digest, "path": str(root), "files": entries, "stats": stats})
         return digest
 
     # -- slots: the last key each job of a workflow had, for `engine plan --explain` -------------
     def remember(self, slot: str, key: str, key_doc: dict[str, Any]) -> None:
+        if self.read_only:
+            return
         path = self.root / "slots" / f"{slot}.json"
         try:
             if json.loads(path.read_text(encoding="utf-8")).get("key") == key:

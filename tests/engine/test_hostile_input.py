@@ -130,3 +130,13 @@ def test_the_size_of_a_conditional_space_is_counted_as_its_points_are_listed():
         assert grid_size(dims, base) == len(grid_points(dims, base))
     assert grid_size({"x": SearchDim(IntRange(0, 10**12 - 1))}, {}) == 10**12
     assert grid_points({"x": SearchDim(IntRange(0, 10**12 - 1))}, {}, limit=2) == [{"x": 0}, {"x": 1}]
+
+
+def test_plan_creates_nothing_on_disk_not_even_the_store(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["cache"] = {"dir": "cache/store"}
+    path = write_workflow(tmp_path / "flow", workflow)
+    before = sorted(tmp_path.rglob("*"))
+    done = engine("plan", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(tmp_path.rglob("*")) == before
