@@ -88,9 +88,12 @@ class Part:
         with self.lock:
             self.notes.append(text)
 
-    def case(self, ok: bool, why: str) -> None:
+    def case(self, ok: bool, why: str, flags: set[str]) -> None:
+        """One case: counted once in each column it has a flag for, whatever the number of commands."""
         self.add("cases")
         self.add("ok" if ok else "not_ok")
+        for flag in flags:
+            self.add(flag)
         if not ok:
             self.note(why)
 
@@ -193,25 +196,26 @@ def fuzz(part: Part, tmp: Path, model: Path, cases: int, seed: int, timeout: flo
         after_validate = _listing(folder)
         store = folder / "plan-store"
         planned = engine(["plan", path.name, "--store", str(store)], folder, timeout)
-        problems = []
+        problems: list[str] = []
+        flags: set[str] = set()
         for verb, result in (("validate", validated), ("plan", planned)):
             if result.code is None:
-                part.add("hang")
+                flags.add("hang")
                 problems.append(f"{verb} hung")
             elif result.code == 3:
-                part.add("bug")
+                flags.add("bug")
                 problems.append(f"{verb} exit 3: {_short(result)}")
             elif result.code not in (0, 2):
-                part.add("unexpected")
+                flags.add("unexpected")
                 problems.append(f"{verb} exit {result.code}: {_short(result)}")
             if result.traceback:
-                part.add("traceback")
+                flags.add("traceback")
                 problems.append(f"{verb} printed a traceback")
             if SECRET in result.output:
-                part.add("leak")
+                flags.add("leak")
                 problems.append(f"{verb} echoed the token")
         if {validated.code, planned.code} == {0, 2}:
-            part.add("disagree")
+            flags.add("disagree")
             problems.append(f"validate {validated.code}, plan {planned.code}: {_short(planned if planned.code else validated)}")
         effects = []
         if after_validate != before:
@@ -221,9 +225,9 @@ def fuzz(part: Part, tmp: Path, model: Path, cases: int, seed: int, timeout: flo
         if (folder / "EXECUTED").exists():
             effects.append("the python tag ran")
         if effects:
-            part.add("side_effect")
+            flags.add("side_effect")
             problems.extend(effects)
-        part.case(not problems, f"case {index} ({kind}): " + "; ".join(problems))
+        part.case(not problems, f"case {index} ({kind}): " + "; ".join(problems), flags)
         shutil.rmtree(folder, ignore_errors=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -268,18 +272,18 @@ def stale_locks(store: Path) -> list[str]:
     return stale
 
 
-def _check(part: Part, result: Result, what: str, problems: list[str]) -> None:
+def _check(flags: set[str], result: Result, what: str, problems: list[str]) -> None:
     if result.code is None:
-        part.add("hang")
+        flags.add("hang")
         problems.append(f"{what} hung")
     elif result.code == 3:
-        part.add("bug")
+        flags.add("bug")
         problems.append(f"{what} exit 3: {_short(result)}")
     elif result.code not in (0, 1, 2):
-        part.add("unexpected")
+        flags.add("unexpected")
         problems.append(f"{what} exit {result.code}: {_short(result)}")
     if result.traceback:
-        part.add("traceback")
+        flags.add("traceback")
         problems.append(f"{what} printed a traceback")
 
 
@@ -323,30 +327,31 @@ def kill_resume(
         _kill_group(proc)  # what a kill of the engine alone left behind
         resumed, digest = run(workflow, store, out, timeout)
         problems: list[str] = []
-        _check(part, resumed, "resume", problems)
+        flags: set[str] = set()
+        _check(flags, resumed, "resume", problems)
         if resumed.code == 0:
-            part.add("completed")
+            flags.add("completed")
         else:
             problems.append(f"resume exit {resumed.code}: {_short(resumed)}")
         if digest == reference:
-            part.add("same_choice")
+            flags.add("same_choice")
         elif resumed.code == 0:
             problems.append("a different choice than the reference run")
         if orphans:
-            part.add("orphans")
+            flags.add("orphans")
             problems.append(f"{orphans} worker process(es) still alive 5 s after the engine was killed")
         locks = stale_locks(store)
         if locks:
-            part.add("stale_locks")
+            flags.add("stale_locks")
             problems.append(f"{len(locks)} lock(s) naming a dead process after the resume: {', '.join(locks)}")
         verified = engine(["verify", "--store", str(store)], folder, timeout)
-        _check(part, verified, "verify", problems)
+        _check(flags, verified, "verify", problems)
         if verified.code == 0:
-            part.add("verify_ok")
+            flags.add("verify_ok")
         else:
             problems.append(f"verify exit {verified.code}: {_short(verified)}")
         how = "finished before the kill" if finished_first else f"{'group' if whole_group else 'engine'} killed at {at:.1f} s"
-        part.case(not problems, f"kill {index} ({how}): " + "; ".join(problems))
+        part.case(not problems, f"kill {index} ({how}): " + "; ".join(problems), flags)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -399,41 +404,42 @@ def _no_manifest(store: Path) -> str:
 DAMAGE = [_truncate, _flip, _delete, _bad_record, _bad_manifest, _no_manifest]
 
 
-def damage(part: Part, tmp: Path, workflow: Path, store0: Path, reference: str, timeout: float) -> None:
-    for index, hurt in enumerate(DAMAGE):
-        for flow in ("verify, repair, re-run", "re-run directly"):
-            folder = tmp / f"damage{index}-{flow[:2]}"
-            store, out = folder / "store", folder / "out"
-            shutil.copytree(store0, store, symlinks=True)
-            what = hurt(store)
-            problems: list[str] = []
-            if flow.startswith("verify"):
-                found = engine(["verify", "--store", str(store)], folder, timeout)
-                _check(part, found, "verify", problems)
-                if found.code == 1:
-                    part.add("detected")
-                else:
-                    problems.append(f"verify exit {found.code} (not detected): {_short(found)}")
-                repair = engine(["verify", "--repair", "--store", str(store)], folder, timeout)
-                _check(part, repair, "verify --repair", problems)
-                again = engine(["verify", "--store", str(store)], folder, timeout)
-                _check(part, again, "verify after repair", problems)
-                if again.code == 0:
-                    part.add("repaired")
-                else:
-                    problems.append(f"verify after repair exit {again.code}: {_short(again)}")
-            rerun, digest = run(workflow, store, out, timeout)
-            _check(part, rerun, "re-run", problems)
-            if rerun.code == 0:
-                part.add("completed")
+def damage(part: Part, tmp: Path, workflow: Path, store0: Path, reference: str, cases: int, timeout: float) -> None:
+    plan = [(index, hurt, flow) for index, hurt in enumerate(DAMAGE) for flow in ("verify, repair, re-run", "re-run directly")]
+    for index, hurt, flow in plan[:cases]:
+        folder = tmp / f"damage{index}-{flow[:2]}"
+        store, out = folder / "store", folder / "out"
+        shutil.copytree(store0, store, symlinks=True)
+        what = hurt(store)
+        problems: list[str] = []
+        flags: set[str] = set()
+        if flow.startswith("verify"):
+            found = engine(["verify", "--store", str(store)], folder, timeout)
+            _check(flags, found, "verify", problems)
+            if found.code == 1:
+                flags.add("detected")
             else:
-                problems.append(f"re-run exit {rerun.code}: {_short(rerun)}")
-            if digest == reference:
-                part.add("same_choice")
-            elif rerun.code == 0:
-                problems.append("a different choice than the reference run")
-            part.case(not problems, f"{what}, {flow}: " + "; ".join(problems))
-            shutil.rmtree(folder, ignore_errors=True)
+                problems.append(f"verify exit {found.code} (not detected): {_short(found)}")
+            repair = engine(["verify", "--repair", "--store", str(store)], folder, timeout)
+            _check(flags, repair, "verify --repair", problems)
+            again = engine(["verify", "--store", str(store)], folder, timeout)
+            _check(flags, again, "verify after repair", problems)
+            if again.code == 0:
+                flags.add("repaired")
+            else:
+                problems.append(f"verify after repair exit {again.code}: {_short(again)}")
+        rerun, digest = run(workflow, store, out, timeout)
+        _check(flags, rerun, "re-run", problems)
+        if rerun.code == 0:
+            flags.add("completed")
+        else:
+            problems.append(f"re-run exit {rerun.code}: {_short(rerun)}")
+        if digest == reference:
+            flags.add("same_choice")
+        elif rerun.code == 0:
+            problems.append("a different choice than the reference run")
+        part.case(not problems, f"{what}, {flow}: " + "; ".join(problems), flags)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- 4. concurrency -------------------------------------------------------------------------
@@ -447,16 +453,17 @@ def concurrency(part: Part, tmp: Path, workflow: Path, reference: str, count: in
             results = list(pool.map(lambda out, store=store: run(workflow, store, out, timeout), outs))
         for i, (result, digest) in enumerate(results):
             problems: list[str] = []
-            _check(part, result, "run", problems)
+            flags: set[str] = set()
+            _check(flags, result, "run", problems)
             if result.code == 0:
-                part.add("completed")
+                flags.add("completed")
             else:
                 problems.append(f"exit {result.code}: {_short(result)}")
             if digest == reference:
-                part.add("same_choice")
+                flags.add("same_choice")
             elif result.code == 0:
                 problems.append("a different choice than the reference run")
-            part.case(not problems, f"round {round_} run {i}: " + "; ".join(problems))
+            part.case(not problems, f"round {round_} run {i}: " + "; ".join(problems), flags)
         locks = stale_locks(store)
         if locks:
             part.add("stale_locks")
@@ -472,23 +479,26 @@ def concurrency(part: Part, tmp: Path, workflow: Path, reference: str, count: in
 # --- 5. bad models --------------------------------------------------------------------------
 
 
-def bad_model_runs(part: Part, tmp: Path, timeout: float) -> None:
-    for index, (name, model) in enumerate(bad_models(tmp / "bad").items()):
+def bad_model_runs(part: Part, tmp: Path, cases: int, timeout: float) -> None:
+    for index, (name, model) in enumerate(list(bad_models(tmp / "bad").items())[:cases]):
         folder = tmp / f"bad{index}"
         workflow = write_workflow(folder, tiny_workflow(model))
         problems: list[str] = []
+        flags: set[str] = set()
         validated = engine(["validate", str(workflow)], folder, timeout)
-        _check(part, validated, "validate", problems)
+        _check(flags, validated, "validate", problems)
         ran = engine(["run", str(workflow), "--store", str(folder / "store"), "-o", str(folder / "out"), "-q"], folder, timeout)
-        _check(part, ran, "run", problems)
+        _check(flags, ran, "run", problems)
         if ran.code == 0:
             problems.append("run exit 0 on an unloadable model")
         elif ran.code == 1 and not ("failed" in ran.output and "no candidate" in ran.output):
             problems.append(f"run exit 1 without a reason: {_short(ran)}")
         if validated.code == 0 and ran.code == 2:
-            part.add("disagree")
+            flags.add("disagree")
             problems.append(f"validate 0 but run 2: {_short(ran)}")
-        part.case(not problems, f"{name}: validate {validated.code}, run {ran.code}" + ("; " + "; ".join(problems) if problems else ""))
+        part.case(
+            not problems, f"{name}: validate {validated.code}, run {ran.code}" + ("; " + "; ".join(problems) if problems else ""), flags
+        )
         if not problems:
             part.note(f"{name}: validate {validated.code}, run {ran.code}: {_short(ran)}")
         shutil.rmtree(folder, ignore_errors=True)
@@ -536,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=60, help="fuzzed workflows (default 60)")
     parser.add_argument("--kills", type=int, default=6, help="killed and resumed runs (default 6)")
+    parser.add_argument(
+        "--damage",
+        type=int,
+        default=2 * len(DAMAGE),
+        help=f"damaged stores (default {2 * len(DAMAGE)}: each kind, with and without verify)",
+    )
+    parser.add_argument("--bad-models", type=int, default=6, help="unloadable models (default 6: each kind)")
     parser.add_argument("--concurrent", type=int, default=3, help="runs at once on one store (default 3)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of concurrent runs (default 2)")
     parser.add_argument("--parts", default="fuzz,kill-resume,damage,concurrency,bad models", help="comma-separated parts to run")
@@ -582,11 +599,11 @@ def main(argv: list[str] | None = None) -> int:
             timed(
                 "kill-resume", lambda part: kill_resume(part, tmp / "kills", workflow, reference, reference_s, args.kills, rng, run_timeout)
             )
-            timed("damage", lambda part: damage(part, tmp / "damage", workflow, store0, reference, run_timeout))
+            timed("damage", lambda part: damage(part, tmp / "damage", workflow, store0, reference, args.damage, run_timeout))
             timed(
                 "concurrency", lambda part: concurrency(part, tmp / "conc", workflow, reference, args.concurrent, args.rounds, run_timeout)
             )
-        timed("bad models", lambda part: bad_model_runs(part, tmp, run_timeout))
+        timed("bad models", lambda part: bad_model_runs(part, tmp, args.bad_models, run_timeout))
     table = rows(parts)
     wall = time.monotonic() - started
     print(render(table))
