@@ -27,6 +27,7 @@ from engine.executor import LocalExecutor
 from engine.gate import Gate
 from engine.hooks import Fanout, Hooks, Tally
 from engine.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_python, target_ref
+from engine.loadable import onnx_load_problem
 from engine.planner import Candidate, Plan
 from engine.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
 from engine.store import Store
@@ -67,6 +68,7 @@ class Runner:
         self._lock = threading.RLock()
         self._job_futures: dict[str, Future[JobState]] = {}
         self.results: dict[str, CandidateResult] = {}  # by candidate id, in processing order
+        self._loadable: dict[str, str | None] = {}  # by model digest: why no runtime could load it
         self.references: dict[str, CandidateResult] = {}  # by target
         #: the reference models made but not measured (search.reference: false), by target
         self.reference_models: dict[str, ModelArtifact] = {}
@@ -209,6 +211,11 @@ class Runner:
             result.state, result.reason = self._why_not_built(candidate, failed)
             self.hooks.candidate_done(result, measured=False)
             return result
+        why = self._unloadable(model)
+        if why is not None:  # never measured, so never chosen, whatever the objective (size needs no session)
+            result.state, result.reason = CandidateState.FAILED, f"no target session could open its model: {why}"
+            self.hooks.candidate_done(result, measured=False)
+            return result
         result.model = model
         if candidate.reference:
             self.references[candidate.target] = result
@@ -248,6 +255,20 @@ class Runner:
                 return model, job_id
             model = state.artifact or model
         return model, None
+
+    def _unloadable(self, model: ModelArtifact | None) -> str | None:
+        """Why no runtime could load ``model`` (engine.loadable: the ONNX checker on its path,
+        its external data files, its ops' domains), checked once per stored model; None when it
+        can be loaded or is not ONNX."""
+        if model is None or model.format != "onnx":
+            return None
+        with self._lock:
+            if model.digest in self._loadable:
+                return self._loadable[model.digest]
+        why = onnx_load_problem(model.model_file)  # outside the lock: it reads the whole graph
+        with self._lock:
+            self._loadable[model.digest] = why
+        return why
 
     def _why_not_built(self, candidate: Candidate, job_id: str) -> tuple[CandidateState, str]:
         """A candidate whose job failed: ``failed`` where it ran the failing job, else ``pruned``."""

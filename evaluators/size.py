@@ -61,6 +61,9 @@ class Size(Evaluator):
         if model.format == "onnx":
             weights = onnx_weights(model.model_file)
             extra_files = [model.model_file.parent / name for name in weights["external_files"]]
+            missing = [f.name for f in extra_files if not f.is_file()]
+            if missing:  # a model without its weights: no size to report, and no runtime can load it
+                raise EvaluationError(f"the model's external data file(s) {', '.join(missing)} are missing")
         elif model.format == "openvino":
             xml = model.model_file
             weights = openvino_weights(xml)

@@ -175,8 +175,12 @@ def _onnx_problems(path: Path, key: str, source: WorkflowSource) -> list[Problem
     elif path.suffix != ".onnx":
         return [source.problem((*WHERE, where), "an ONNX model is an .onnx file or a folder holding model.onnx", given=str(path))]
     reason = userfiles.onnx_file_problem(path / "model.onnx" if path.is_dir() else path)
-    if not reason:
-        return []
+    if not reason:  # a model file: can a runtime load it (external data present, ops of known domains)?
+        from engine.loadable import onnx_load_problem
+
+        loadable = onnx_load_problem(path / "model.onnx" if path.is_dir() else path)
+        hint = "give the model with all its external data files, and only ops of ONNX and onnxruntime domains"
+        return [source.problem((*WHERE, key), f"no runtime can load the input model: {loadable}", given=str(path), hint=hint)] if loadable else []
     return [
         source.problem(
             (*WHERE, key),

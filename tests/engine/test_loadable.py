@@ -1,0 +1,83 @@
+"""A model no runtime can load is refused: the input at validation (exit 2), a candidate before
+it can be chosen, and the size evaluator does not count bytes that are not there."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from engine.cli import main
+from engine.loadable import onnx_load_problem
+from tests.engine.engine_helpers import tiny_workflow, write_workflow
+
+
+def _custom_domain_model(path):
+    node = helper.make_node("Mystery", ["x"], ["y"], domain="com.example.unknown")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example.unknown", 1)])
+    onnx.save(model, str(path))
+    return path
+
+
+def _external_data_model(folder):
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weight = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), name="w")
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(
+        model,
+        str(folder / "model.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    return folder / "model.onnx"
+
+
+def test_unknown_domains_and_missing_external_data_are_load_problems(tmp_path):
+    assert "com.example.unknown" in onnx_load_problem(_custom_domain_model(tmp_path / "custom.onnx"))
+    model = _external_data_model(tmp_path / "ext")
+    assert onnx_load_problem(model) is None
+    (tmp_path / "ext" / "weights.bin").unlink()
+    assert "weights.bin" in onnx_load_problem(model) and "missing" in onnx_load_problem(model)
+
+
+def test_validate_refuses_an_input_no_runtime_can_load(tmp_path, capsys):
+    custom = write_workflow(tmp_path / "a", tiny_workflow(_custom_domain_model(tmp_path / "custom.onnx")))
+    model = _external_data_model(tmp_path / "ext")
+    (tmp_path / "ext" / "weights.bin").unlink()
+    missing = write_workflow(tmp_path / "b", tiny_workflow(model))
+    assert main(["validate", str(custom)]) == 2
+    assert "com.example.unknown" in capsys.readouterr().err
+    assert main(["validate", str(missing)]) == 2
+    assert "weights.bin" in capsys.readouterr().err
+
+
+def test_the_size_evaluator_reports_missing_external_data_as_an_error(tmp_path):
+    import pytest
+
+    from engine.core.artifact import ModelArtifact
+    from engine.core.errors import EvaluationError
+    from evaluators.size import Size
+
+    model = _external_data_model(tmp_path / "ext")
+    (tmp_path / "ext" / "weights.bin").unlink()
+    artifact = ModelArtifact(format="onnx", path=tmp_path / "ext", digest="0" * 64)
+    with pytest.raises(EvaluationError, match=r"weights\.bin"):
+        Size(Size.Config()).evaluate(artifact, None)  # type: ignore[arg-type]
+    assert model.is_file()
