@@ -180,7 +180,11 @@ def _onnx_problems(path: Path, key: str, source: WorkflowSource) -> list[Problem
 
         loadable = onnx_load_problem(path / "model.onnx" if path.is_dir() else path)
         hint = "give the model with all its external data files, and only ops of ONNX and onnxruntime domains"
-        return [source.problem((*WHERE, key), f"no runtime can load the input model: {loadable}", given=str(path), hint=hint)] if loadable else []
+        return (
+            [source.problem((*WHERE, key), f"no runtime can load the input model: {loadable}", given=str(path), hint=hint)]
+            if loadable
+            else []
+        )
     return [
         source.problem(
             (*WHERE, key),
