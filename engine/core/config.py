@@ -11,6 +11,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
 """Names a person chooses (workflow, step, target, evaluation): they also name files and folders,
 so a letter first, then letters, digits, '_' and '-': never a '/', a '..' or an absolute path."""
+ID_MAX_LENGTH = 64
+"""The longest such name (they name folders, and are shown in tables)."""
 
 
 MAX_INT_OPTION = 2**31 - 1

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from engine.core.config import ID_PATTERN, EnvironmentSpec, StrictConfig, library_versions
+from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec, StrictConfig, library_versions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +27,7 @@ class TargetConfig(StrictConfig):
 
     id: str = Field(
         pattern=ID_PATTERN,
-        max_length=64,
+        max_length=ID_MAX_LENGTH,
         description="Name chosen by the user; used in steps' `targets:` and names the target's output folder (a letter, then letters, digits, _ or -).",
     )
     runtime: str = Field(description="Which runtime family runs models on this target.")

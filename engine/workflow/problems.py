@@ -40,6 +40,69 @@ def _fields_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> lis
     return [info.alias or name for name, info in fields.items()]
 
 
+def _field_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> Any:
+    """The annotation of the field at ``loc`` inside ``model``, or None when unknown."""
+    current: Any = model
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        current = next(
+            (arg for arg in (annotation, *getattr(annotation, "__args__", ())) if isinstance(arg, type) and issubclass(arg, BaseModel)),
+            None,
+        )
+    return annotation
+
+
+#: what a value must be, by pydantic's error type (and its context)
+_EXPECTED = {
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "greater_than": "greater than {gt}",
+    "greater_than_equal": "at least {ge}",
+    "less_than": "less than {lt}",
+    "less_than_equal": "at most {le}",
+    "string_too_long": "at most {max_length} characters",
+    "string_too_short": "at least {min_length} characters",
+    "too_long": "at most {max_length} items",
+    "too_short": "at least {min_length} items",
+    "string_pattern_mismatch": "text matching {pattern}",
+}
+#: error types that say the value is of the wrong type (not a value out of its bounds)
+TYPE_ERRORS = frozenset(kind for kind in _EXPECTED if kind.endswith(("_type", "_parsing", "from_float"))) | {"literal_error"}
+
+
+def expected_value(kind: str, ctx: dict[str, Any], annotation: Any = None) -> str | None:
+    """What a value must be, from a pydantic error's type and context, else from the field's type."""
+    if "expected" in ctx:
+        return str(ctx["expected"])
+    if kind in _EXPECTED:
+        try:
+            return _EXPECTED[kind].format(**ctx)
+        except (KeyError, IndexError):
+            return None
+    if annotation is not None:
+        from engine.typetext import type_text
+
+        text = type_text(annotation)
+        return None if "object" in text or text == "any" else text  # a mapping's own check: its message says it
+    return None
+
+
 def problems_from_validation(
     error: ValidationError, source: WorkflowSource, base: Path_, model: type[BaseModel] | None, owner: str
 ) -> list[Problem]:
@@ -73,16 +136,21 @@ def problems_from_validation(
             message = item["msg"]
             if message.startswith("Value error, "):
                 message = message[len("Value error, ") :]
-            expected = None
             ctx = item.get("ctx") or {}
-            if "expected" in ctx:
-                expected = str(ctx["expected"])
+            expected = expected_value(kind, ctx, _field_at(model, loc))
+            if expected is None:
+                hint = "change the value as the message says"
+            elif kind in TYPE_ERRORS:
+                hint = f"write {expected} (a value of another type is not converted)"
+            else:
+                hint = f"use a value {expected}" if kind in _EXPECTED else f"use {expected}"
             problems.append(
                 source.problem(
                     parts,
                     f"invalid value for {owner}: {message}",
                     expected=expected,
                     given=_show(item.get("input")),
+                    hint=hint,
                 )
             )
     return problems

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from engine.core.config import ID_PATTERN, EnvironmentSpec
+from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec
 
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
 
@@ -120,7 +120,7 @@ class SearchOption(_Strict):
 class StepSpec(_Strict):
     """One pass applied to the output of the step named in ``after`` (or to the input model)."""
 
-    id: str = Field(pattern=ID_PATTERN, description="Name of the step, unique in the workflow.")
+    id: str = Field(pattern=ID_PATTERN, max_length=ID_MAX_LENGTH, description="Name of the step, unique in the workflow.")
     pass_: str = Field(alias="pass", description="Name of the pass (see `engine passes`).")
     after: str | None = Field(default=None, description="The step whose output this step takes; none: the input model.")
     targets: list[str] | None = Field(default=None, description="Run only on the paths of these targets (ids); none: every target.")
@@ -146,7 +146,7 @@ class StepSpec(_Strict):
 
 
 class EvaluateSpec(_Strict):
-    id: str = Field(pattern=ID_PATTERN, description="Name used in metric names: <id>.<metric>.")
+    id: str = Field(pattern=ID_PATTERN, max_length=ID_MAX_LENGTH, description="Name used in metric names: <id>.<metric>.")
     evaluator: str = Field(description="Name of the evaluator (see `engine evaluators`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The evaluator's options.")
     timeout_s: float | None = Field(
@@ -180,6 +180,8 @@ class Constraint(_Strict):
     def _some_bound(self) -> Constraint:
         if all(getattr(self, name) is None for name in ("min", "max", "max_drop", "max_drop_ratio")):
             raise ValueError("a constraint needs at least one of min, max, max_drop, max_drop_ratio")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}: no value can meet both")
         return self
 
 
@@ -336,11 +338,18 @@ class CacheSpec(_Strict):
     )
 
 
+def _integer_version(value: Any) -> Any:
+    """The version is the integer 1: not ``true`` (== 1 in Python) nor ``1.0``."""
+    if type(value) is not int:
+        raise ValueError(f"the version is the integer 1, not {type(value).__name__} {value!r}")
+    return value
+
+
 class Workflow(_Strict):
     """A Kiln workflow, version 1."""
 
-    version: Literal[1] = Field(description="Schema version of this file.")
-    name: str = Field(pattern=ID_PATTERN, description="Name of the workflow; names the default output folder.")
+    version: Annotated[Literal[1], BeforeValidator(_integer_version)] = Field(description="Schema version of this file.")
+    name: str = Field(pattern=ID_PATTERN, max_length=ID_MAX_LENGTH, description="Name of the workflow; names the default output folder.")
     description: str | None = None
     input: InputSpec
     data: dict[str, dict[str, Any]] = Field(

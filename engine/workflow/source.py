@@ -97,6 +97,8 @@ def _read_text(file: Path) -> str:
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise _refuse(file, f"the file is not UTF-8 text ({error.reason})", line=line, hint="save the file as UTF-8") from None
+    if text.startswith("\ufeff"):  # a byte-order mark, as some editors write UTF-8: read past it, in YAML and JSON alike
+        text = text[1:]
     if "\x00" in text:
         raise _refuse(file, "the file holds a NUL byte", line=text.count("\n", 0, text.index("\x00")) + 1, hint="remove it")
     return text

@@ -13,14 +13,16 @@ import contextlib
 import copy
 import io
 import json
+import os
 import random
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from engine_helpers import tiny_workflow
+from engine_helpers import engine_cmd, tiny_workflow
 
 from engine.cli import main
 
@@ -138,8 +140,54 @@ def mutate_text(text: str, rng: random.Random) -> str:
     return text
 
 
+def hostile_paths(folder: Path) -> list[str]:
+    """Paths no reader may follow: a symlink loop, a folder, a FIFO, endless devices."""
+    loop, fifo = folder / "loop.onnx", folder / "pipe.jsonl"
+    if not loop.is_symlink():
+        os.symlink(loop, loop)
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    return [str(loop), str(folder), str(fifo), "/dev/zero", "/dev/urandom"]
+
+
+def mutate_semantics(workflow: dict[str, Any], rng: random.Random, folder: Path) -> dict[str, Any]:
+    """Well-formed but wrong: hostile paths, huge or inverted ranges, ranges on bools, values
+    listed twice, inverted constraint bounds, over-long ids."""
+    workflow = copy.deepcopy(workflow)
+    step = workflow["steps"][-1]
+    action = rng.choice(["path", "data", "huge", "inverted", "bool_range", "duplicates", "bounds", "long_id", "version"])
+    if action == "path":
+        workflow["input"]["path"] = rng.choice(hostile_paths(folder))
+    elif action == "data":
+        workflow["data"]["rows"] = {"source": "jsonl", "path": rng.choice(hostile_paths(folder)), "text_column": "text"}
+    elif action == "huge":
+        high = rng.choice([10**7, 10**12, 2**63])
+        if rng.random() < 0.5:
+            workflow["targets"][0].pop("intra_op_threads", None)
+            workflow["targets"][0]["search"] = {"intra_op_threads": {"low": 1, "high": high, "step": 1}}
+        else:
+            step["search"] = {"num_bins": {"low": 2, "high": high}}
+            step["config"] = {"mode": "static", "calibration": "rows"}
+            workflow["search"] = rng.choice([{"max_candidates": 3}, {}])
+    elif action == "inverted":
+        step["search"] = {"num_bins": {"low": 100, "high": 2}}
+    elif action == "bool_range":
+        step["search"] = {"per_channel": {"low": 0, "high": 1}}
+    elif action == "duplicates":
+        step["search"] = {"per_channel": [False] * rng.randint(2, 1000) + [True]}
+    elif action == "bounds":
+        workflow["select"]["constraints"] = [{"metric": "fidelity.cosine_mean", "min": 10, "max": 1}]
+    elif action == "long_id":
+        workflow[rng.choice(["steps", "targets", "evaluate"])][0]["id"] = "a" * rng.randint(65, 300)
+    else:
+        workflow["version"] = rng.choice([True, 1.0, "1"])
+    return workflow
+
+
 def make_case(seed: int, bases: list[dict[str, Any]], folder: Path) -> Path:
     rng = random.Random(seed)
+    if rng.random() < 0.15:
+        return _write(folder, seed, mutate_semantics(bases[0], rng, folder), rng.random() < 0.4)
     workflow = mutate_structure(rng.choice(bases), rng) if rng.random() < 0.6 else rng.choice(bases)
     as_json = rng.random() < 0.4
     text = json.dumps(workflow, indent=1, default=str) if as_json else yaml.safe_dump(workflow, sort_keys=False, allow_unicode=True)
@@ -147,6 +195,12 @@ def make_case(seed: int, bases: list[dict[str, Any]], folder: Path) -> Path:
         text = mutate_text(text, rng)
     path = folder / f"case{seed}.{'json' if as_json else 'yaml'}"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    return path
+
+
+def _write(folder: Path, seed: int, workflow: dict[str, Any], as_json: bool) -> Path:
+    path = folder / f"case{seed}.{'json' if as_json else 'yaml'}"
+    path.write_text(json.dumps(workflow, indent=1) if as_json else yaml.safe_dump(workflow, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -183,3 +237,30 @@ def test_mutated_workflows_exit_0_or_2_without_a_traceback_each_within_a_second(
         assert code == 0 or "problem" in output, f"seed {seed}: exit 2 without a message\n{output}"
         codes.append(code)
     assert 2 in codes  # the mutator does break workflows
+
+
+def test_semantic_mutants_exit_0_or_2_in_process(tmp_path, tiny_onnx):
+    bases = base_workflows(tiny_onnx)
+    codes = []
+    for seed in range(40):
+        path = _write(tmp_path, seed, mutate_semantics(bases[0], random.Random(seed), tmp_path), seed % 3 == 0)
+        code, output, _ = validate(path)
+        assert code in (0, 2), f"seed {seed}: exit {code}\n{output}\n{path.read_text()[:2000]}"
+        assert "Traceback" not in output, f"seed {seed}\n{output}"
+        codes.append(code)
+    assert codes.count(2) > 30  # only a huge space with max_candidates is valid
+
+
+def test_a_sample_of_mutants_exits_0_or_2_as_a_fresh_process(tmp_path, tiny_onnx):
+    """Each case in its own `python -m engine validate`: nothing in-process hides a crash."""
+    bases = base_workflows(tiny_onnx)
+    for seed in range(20):
+        rng = random.Random(10_000 + seed)
+        if seed % 2:
+            path = _write(tmp_path, seed, mutate_semantics(bases[0], rng, tmp_path), seed % 4 == 1)
+        else:
+            path = make_case(10_000 + seed, bases, tmp_path)
+        done = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True, timeout=60)
+        output = done.stdout + done.stderr
+        assert done.returncode in (0, 2), f"seed {seed}: exit {done.returncode}\n{output}\n{path.read_text()[:2000]}"
+        assert "Traceback" not in output and "bug in Kiln" not in output, f"seed {seed}\n{output}"

@@ -140,3 +140,69 @@ def test_plan_creates_nothing_on_disk_not_even_the_store(tmp_path, tiny_onnx):
     done = engine("plan", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def _refused_at(tmp_path: Path, workflow: dict, where: str, name: str = "workflow.yaml"):
+    problems = problems_of(write_workflow(tmp_path, workflow, name))
+    found = [p for p in problems if p.where == where]
+    assert found, [(p.where, p.message) for p in problems]
+    return found[0]
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_the_version_is_the_integer_1(tmp_path, tiny_onnx, version):
+    assert "integer 1" in _refused_at(tmp_path, tiny_workflow(tiny_onnx, version=version), "version").message or version == "1"
+
+
+def test_a_constraint_whose_min_is_above_its_max_is_refused(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["select"]["constraints"] = [{"metric": "fidelity.cosine_mean", "min": 10, "max": 1}]
+    assert "min 10 is above max 1" in _refused_at(tmp_path, workflow, "select.constraints[0]").message
+
+
+def test_a_range_on_a_bool_option_is_refused(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["search"] = {"per_channel": {"low": 0, "high": 1}}
+    problem = _refused_at(tmp_path, workflow, "steps[0].search.per_channel")
+    assert "bool" in problem.message and problem.expected and problem.hint
+
+
+@pytest.mark.parametrize("listed", ["list", "values"])
+def test_a_value_listed_twice_is_refused_naming_it(tmp_path, tiny_onnx, listed):
+    workflow = tiny_workflow(tiny_onnx)
+    values = [False] * 1000 + [True]
+    workflow["steps"][0]["search"] = {"per_channel": values if listed == "list" else {"values": values}}
+    where = "steps[0].search.per_channel" + (".values" if listed == "values" else "")
+    assert "False is listed 1000 times" in _refused_at(tmp_path, workflow, where).message
+
+
+def test_a_byte_order_mark_is_read_past_in_json_and_yaml(tmp_path, tiny_onnx):
+    import json
+
+    import yaml
+
+    workflow = tiny_workflow(tiny_onnx)
+    for name, text in (("w.json", json.dumps(workflow)), ("w.yaml", yaml.safe_dump(workflow))):
+        path = tmp_path / name
+        path.write_text("\ufeff" + text, encoding="utf-8")
+        assert load_workflow(path).name == "tiny"
+
+
+@pytest.mark.parametrize("section", ["steps", "evaluate", "targets"])
+def test_every_id_stops_at_64_characters(tmp_path, tiny_onnx, section):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow[section][0]["id"] = "a" * 65
+    if section == "steps":
+        workflow["steps"][0]["id"] = "a" * 65
+    _refused_at(tmp_path, workflow, f"{section}[0].id")
+    workflow[section][0]["id"] = "a" * 64
+    problems = [p for p in _problems_or_none(write_workflow(tmp_path, workflow)) if p.where == f"{section}[0].id"]
+    assert not problems
+
+
+def _problems_or_none(path: Path) -> list:
+    try:
+        load_workflow(path)
+    except InputError as error:
+        return error.problems
+    return []
