@@ -206,3 +206,18 @@ def _problems_or_none(path: Path) -> list:
     except InputError as error:
         return error.problems
     return []
+
+
+def test_a_value_of_the_wrong_type_says_what_is_expected_and_the_fix(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["config"]["per_channel"] = "sometimes"
+    problem = _refused_at(tmp_path, workflow, "steps[0].config.per_channel")
+    assert problem.expected == "true or false" and problem.given == '"sometimes"' and problem.hint
+
+
+def test_a_searched_value_of_the_wrong_type_gets_a_type_fix_not_a_narrowing_one(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["search"] = {"per_channel": [False, 3]}
+    problem = _refused_at(tmp_path, workflow, "steps[0].search.per_channel")
+    assert problem.expected == "true or false" and problem.given == "3"
+    assert "must be true or false" in problem.hint and "when:" not in problem.hint
