@@ -221,13 +221,31 @@ class TargetSpace:
 
 def _product(head: Point, parts: list[Callable[[], Iterator[Point]]]) -> Iterator[Point]:
     """``itertools.product`` of the parts' points, merged into ``head``, without listing any part
-    (each part is drawn afresh for every combination of the parts before it)."""
+    (each part is drawn afresh for every combination of the parts before it). An odometer, not
+    recursion: a chain of 20,000 steps is 20,000 parts."""
     if not parts:
-        yield head
+        yield dict(head)
         return
-    first, rest = parts[0], parts[1:]
-    for part in first():
-        yield from _product({**head, **part}, rest)
+    iters = [parts[0]()]
+    chosen: list[Point] = []
+    while iters:
+        part = next(iters[-1], None)
+        if part is None:
+            iters.pop()
+            if chosen:
+                chosen.pop()
+            continue
+        if len(chosen) == len(iters):
+            chosen[-1] = part
+        else:
+            chosen.append(part)
+        if len(chosen) == len(parts):
+            point = dict(head)
+            for piece in chosen:
+                point.update(piece)
+            yield point
+        else:
+            iters.append(parts[len(iters)]())
 
 
 def _optuna_distribution(dim: SearchDim) -> Any:
