@@ -16,31 +16,12 @@ from typing import Any
 
 from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, flatten, grid_size, iter_grid_points, ordered_dims
 from engine.workflow.resolve import ResolvedWorkflow, Step
+from engine.workflow.resolve.sizes import chains_for, space_size
 
 Point = dict[str, Any]
 APPLY, SKIP = "apply", "skip"
 #: the prefix of a point's session settings (a step may not be named so while a target searches)
 SESSION = "session"
-
-
-def chains_for(steps: dict[str, Step], target: str) -> list[list[Step]]:
-    """Every root-to-leaf path through the steps that run on ``target``."""
-    applies = {sid: s for sid, s in steps.items() if s.targets is None or target in s.targets}
-    children: dict[str | None, list[str]] = {}
-    for sid, step in applies.items():
-        children.setdefault(step.after, []).append(sid)
-    chains: list[list[Step]] = []
-    stack = list(reversed(children.get(None, [])))  # depth first, in file order, without recursion
-    while stack:
-        sid = stack.pop()
-        kids = children.get(sid, [])
-        if not kids:
-            chain = [applies[sid]]
-            while chain[-1].after is not None:
-                chain.append(applies[chain[-1].after])
-            chains.append(chain[::-1])
-        stack.extend(reversed(kids))
-    return chains
 
 
 def _primitive(values: tuple[Any, ...]) -> bool:
@@ -146,14 +127,7 @@ class TargetSpace:
 
     def grid_size(self) -> int:
         """How many points ``points`` yields (a float range counts its grid points)."""
-        settings = self.settings_size()
-        models = 0
-        for chain in self.chains:
-            count = 1
-            for step in chain:
-                count *= grid_size(step.search, step.config) + int(step.optional)
-            models += count
-        return models * settings
+        return space_size(self.chains, self.settings_dims, self._own)
 
     def defaults(self) -> list[Point]:
         """Per path, every step applied with its options at their configured (library) defaults."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.core.errors import InputError, Problem
+from engine.core.search import flatten
 from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.checks import metric_refs, session_name_free
 from engine.workflow.resolve.inputs import WEIGHT_FILES, fetch_input, resolve_input, token_problems
@@ -21,6 +22,7 @@ from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel,
 from engine.workflow.resolve.parts import parts_of
 from engine.workflow.resolve.search import GRID_CHECK_LIMIT
 from engine.workflow.resolve.sections import resolve_data, resolve_evaluators, resolve_targets
+from engine.workflow.resolve.sizes import chains_for, space_size
 from engine.workflow.resolve.steps import resolve_steps
 from engine.workflow.schema import SINGLE_OBJECTIVE_SAMPLERS, TOP_LEVEL_KEYS, Workflow
 from engine.workflow.source import WorkflowSource, read_workflow
@@ -73,11 +75,9 @@ def grid_too_large(resolved: ResolvedWorkflow, source: WorkflowSource) -> list[P
     search = resolved.spec.search
     if search.sampler != "grid" or search.max_candidates is not None:
         return []
-    from engine.space import TargetSpace  # the space is built of a resolved workflow
-
     problems = []
-    for target in resolved.targets:
-        size = TargetSpace(resolved, target).grid_size()
+    for target, entry in resolved.targets.items():
+        size = space_size(chains_for(resolved.steps, target), dict(entry.search), flatten(entry.instance.config.model_dump(mode="json")))
         if size > MAX_GRID_POINTS:
             problems.append(
                 source.problem(
