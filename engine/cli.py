@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, exits
+from engine import __version__, display, exits
 from engine.core.errors import InputError, KilnError, Problem
 from engine.exits import EXIT_BAD_INPUT, EXIT_BUG, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
 from engine.optimize import options as optimize_options
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return exits.closed_pipe()
     except InputError as error:
-        print(str(error), file=sys.stderr)
+        print(display.wrap(str(error)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("\ninterrupted: finished jobs are in the store; run the same command again to resume.", file=sys.stderr)
@@ -207,7 +207,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         except InputError as error:
             from engine.olive_cli import olive_hint
 
-            print(str(error) + olive_hint(file), file=sys.stderr)
+            print(display.wrap(str(error) + olive_hint(file)), file=sys.stderr)
             code = EXIT_BAD_INPUT
             continue
         notes = resolved.input.notes + _environments(args, resolved)  # a Hub model to download, ...
