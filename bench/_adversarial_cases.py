@@ -320,12 +320,36 @@ HOSTILE: dict[str, Callable[[dict[str, Any], Path], str]] = {
 }
 
 
+def richer_workflow(base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with two targets, an optional step, branches, a condition, TPE and an output folder."""
+    richer = copy.deepcopy(base)
+    richer["targets"].append({"id": "cpu2", "runtime": "onnxruntime", "graph_optimization_level": "basic"})
+    richer["steps"] = [
+        {"id": "simplify", "pass": "onnx_simplify", "optional": True},
+        {
+            "id": "int8",
+            "pass": "ort_quantize",
+            "after": "simplify",
+            "targets": ["cpu"],
+            "search": {
+                "per_channel": [False, True],
+                "mode": ["dynamic", "static"],
+                "calibration": {"values": ["rows"], "when": {"mode": "static"}},
+            },
+        },
+        {"id": "fp16", "pass": "fp16", "after": "simplify", "timeout_s": 60},
+    ]
+    richer["search"] = {"sampler": "tpe", "max_candidates": 4, "seed": 1}
+    richer["output"] = {"dir": "out/fuzz", "keep": "pareto"}
+    return richer
+
+
 def make_case(index: int, seed: int, base: dict[str, Any], folder: Path) -> tuple[str, Path]:
     """The ``index``-th case: every other case a hostile kind (in turn), the others a random
-    structural and/or textual mutation of ``base``. Returns (kind, workflow file)."""
+    structural and/or textual mutation of ``base`` or of a richer workflow. Returns (kind, workflow file)."""
     rng = random.Random(seed * 100_003 + index)
     folder.mkdir(parents=True, exist_ok=True)
-    workflow = copy.deepcopy(base)
+    workflow = copy.deepcopy(base if index % 2 == 0 or rng.random() < 0.5 else richer_workflow(base))
     if index % 2 == 0:
         kind = list(HOSTILE)[(index // 2) % len(HOSTILE)]
         text = HOSTILE[kind](workflow, folder)

@@ -19,7 +19,8 @@ tiny real ONNX models in temp folders, each with a timeout. It reports counts; i
 3. damage: a complete store damaged (object truncated, byte flipped, file deleted, record and
    manifest corrupted or deleted), then `engine verify`, `engine verify --repair`, `engine
    verify` again and a re-run; and the same damage re-run directly, without verify.
-4. concurrency: N runs of the workflow at once on one empty store: all exit 0, the same bytes.
+4. concurrency: N runs at once on one empty store, rounds alternating the grid and TPE: all exit
+   0 and choose the bytes an uninterrupted run of the same workflow chose.
 5. bad models: unknown-domain op, missing external data, truncated protobuf, empty file, graph
    cycle, dangling input as the workflow's input: `engine validate` and `engine run` must answer
    2 (or 1 with a reason), never 0 and never 3.
@@ -260,9 +261,11 @@ def run(workflow: Path, store: Path, out: Path, timeout: float) -> tuple[Result,
 
 
 def stale_locks(store: Path) -> list[str]:
-    """The lock files of ``store`` naming a process that is gone (or no readable owner)."""
+    """The job locks of ``store`` naming a process that is gone (or no readable owner)."""
     stale = []
     for path in sorted((store / "locks").glob("*.lock")):
+        if len(path.stem) != 64:  # a job's lock is named by its key; others (search.lock) are flock files
+            continue
         try:
             pid = int(json.loads(path.read_text())["owner"]["pid"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -334,6 +337,10 @@ def kill_resume(
             flags.add("completed")
         else:
             problems.append(f"resume exit {resumed.code}: {_short(resumed)}")
+            # does the store resume, whatever the output folder holds?
+            fresh, fresh_digest = run(workflow, store, folder / "fresh-out", timeout)
+            same = "the same choice" if fresh_digest == reference else "another choice"
+            problems.append(f"into a fresh --output: exit {fresh.code}" + (f", {same}" if fresh.code == 0 else f": {_short(fresh)}"))
         if digest == reference:
             flags.add("same_choice")
         elif resumed.code == 0:
@@ -447,12 +454,26 @@ def damage(part: Part, tmp: Path, workflow: Path, store0: Path, reference: str, 
 # --- 4. concurrency -------------------------------------------------------------------------
 
 
-def concurrency(part: Part, tmp: Path, workflow: Path, reference: str, count: int, rounds: int, timeout: float) -> None:
+def concurrency(part: Part, tmp: Path, model: Path, count: int, rounds: int, timeout: float) -> None:
+    """Rounds alternate the grid and a TPE search (whose study the runs share) over a 4-point space
+    it exhausts, so every run of a round has the same candidates to choose from."""
+    space = {"per_channel": [False, True], "reduce_range": [False, True]}
+    flows = {}
+    for sampler in ("grid", "tpe"):
+        workflow = tiny_workflow(model, search={"sampler": sampler, "max_candidates": 8, "seed": 1})
+        workflow["steps"][0]["search"] = space
+        path = write_workflow(tmp / sampler, workflow)
+        result, reference = run(path, tmp / sampler / "store", tmp / sampler / "out", timeout)
+        flows[sampler] = (path, reference)
+        if reference is None:
+            part.note(f"{sampler}: the uninterrupted reference run failed (exit {result.code}): {_short(result)}")
     for round_ in range(rounds):
+        sampler = ("grid", "tpe")[round_ % 2]
+        workflow, reference = flows[sampler]
         store = tmp / f"shared{round_}"
         with ThreadPoolExecutor(max_workers=count) as pool:
             outs = [tmp / f"out{round_}-{i}" for i in range(count)]
-            results = list(pool.map(lambda out, store=store: run(workflow, store, out, timeout), outs))
+            results = list(pool.map(lambda out, store=store, workflow=workflow: run(workflow, store, out, timeout), outs))
         for i, (result, digest) in enumerate(results):
             problems: list[str] = []
             flags: set[str] = set()
@@ -465,7 +486,7 @@ def concurrency(part: Part, tmp: Path, workflow: Path, reference: str, count: in
                 flags.add("same_choice")
             elif result.code == 0:
                 problems.append("a different choice than the reference run")
-            part.case(not problems, f"round {round_} run {i}: " + "; ".join(problems), flags)
+            part.case(not problems, f"round {round_} ({sampler}) run {i}: " + "; ".join(problems), flags)
         locks = stale_locks(store)
         if locks:
             part.add("stale_locks")
@@ -546,8 +567,8 @@ def render(table: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=int, default=60, help="fuzzed workflows (default 60)")
-    parser.add_argument("--kills", type=int, default=6, help="killed and resumed runs (default 6)")
+    parser.add_argument("--cases", type=int, default=200, help="fuzzed workflows (default 200)")
+    parser.add_argument("--kills", type=int, default=10, help="killed and resumed runs (default 10)")
     parser.add_argument(
         "--damage",
         type=int,
@@ -606,9 +627,7 @@ def main(argv: list[str] | None = None) -> int:
                 "kill-resume", lambda part: kill_resume(part, tmp / "kills", workflow, reference, reference_s, args.kills, rng, run_timeout)
             )
             timed("damage", lambda part: damage(part, tmp / "damage", workflow, store0, reference, args.damage, run_timeout))
-            timed(
-                "concurrency", lambda part: concurrency(part, tmp / "conc", workflow, reference, args.concurrent, args.rounds, run_timeout)
-            )
+            timed("concurrency", lambda part: concurrency(part, tmp / "conc", model, args.concurrent, args.rounds, run_timeout))
         timed("bad models", lambda part: bad_model_runs(part, tmp, args.bad_models, run_timeout))
     table = rows(parts)
     wall = time.monotonic() - started
