@@ -189,6 +189,7 @@ def _listing(folder: Path) -> set[str]:
 
 def fuzz(part: Part, tmp: Path, model: Path, cases: int, seed: int, timeout: float) -> None:
     base = tiny_workflow(model)
+    codes: dict[tuple[str, int | None], int] = {}
 
     def one(index: int) -> None:
         folder = tmp / f"case{index}"
@@ -230,10 +231,16 @@ def fuzz(part: Part, tmp: Path, model: Path, cases: int, seed: int, timeout: flo
             flags.add("side_effect")
             problems.extend(effects)
         part.case(not problems, f"case {index} ({kind}): " + "; ".join(problems), flags)
+        with part.lock:
+            codes[("validate", validated.code)] = codes.get(("validate", validated.code), 0) + 1
+            codes[("plan", planned.code)] = codes.get(("plan", planned.code), 0) + 1
         shutil.rmtree(folder, ignore_errors=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(one, range(cases)))
+    for verb in ("validate", "plan"):
+        seen = sorted(((code, n) for (v, code), n in codes.items() if v == verb), key=lambda item: (item[0] is None, item[0] or 0))
+        part.note(f"(all cases) {verb} exits: " + ", ".join(f"{'timeout' if code is None else code}: {n}" for code, n in seen))
 
 
 # --- runs and stores ------------------------------------------------------------------------
