@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from importlib import metadata
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
 """Names a person chooses (workflow, step, target, evaluation): they also name files and folders,
@@ -37,11 +38,38 @@ def _integers(value: Any) -> list[int]:
     return found
 
 
+def _bool_only(annotation: Any) -> bool:
+    """Whether a field takes a boolean and nothing else (``bool``, ``bool | None``)."""
+    if annotation is bool:
+        return True
+    args = [arg for arg in get_args(annotation) if arg is not type(None)]
+    return get_origin(annotation) in (Union, UnionType) and bool(args) and all(arg is bool for arg in args)
+
+
+def strict_booleans(model: type[BaseModel]) -> None:
+    """Make every boolean field of ``model`` strict: it takes true or false only. pydantic's lax
+    mode reads "true", "yes", "off", 1 and 0 as booleans; in a workflow file those are typos or
+    strings meant for something else, so they are refused (every other field keeps pydantic's
+    coercions). Called when a subclass is defined; its schema is rebuilt with the change."""
+    changed = False
+    for field in model.model_fields.values():
+        if _bool_only(field.annotation) and not any(isinstance(meta, Strict) for meta in field.metadata):
+            field.metadata.append(Strict())
+            changed = True
+    if changed:
+        model.model_rebuild(force=True)
+
+
 class StrictConfig(BaseModel):
     """Unknown keys are errors, values are validated, instances are immutable; numbers are
-    finite and integers at most ``MAX_INT_OPTION``."""
+    finite and integers at most ``MAX_INT_OPTION``; a boolean is true or false, never "yes" or 1."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        strict_booleans(cls)
 
     @field_validator("*", mode="after")
     @classmethod

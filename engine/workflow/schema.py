@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec
+from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec, strict_booleans
 
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
 
@@ -32,6 +32,11 @@ MAX_SECONDS = 30 * 24 * 3600  # a time limit past 30 days is a typo
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        strict_booleans(cls)  # a boolean is true or false, never "yes" or 1
 
 
 class InputSpec(_Strict):

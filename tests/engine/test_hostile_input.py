@@ -221,3 +221,32 @@ def test_a_searched_value_of_the_wrong_type_gets_a_type_fix_not_a_narrowing_one(
     problem = _refused_at(tmp_path, workflow, "steps[0].search.per_channel")
     assert problem.expected == "true or false" and problem.given == "3"
     assert "must be true or false" in problem.hint and "when:" not in problem.hint
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (lambda w: w["steps"][0]["config"].update(per_channel="true"), "steps[0].config.per_channel"),
+        (lambda w: w["steps"][0].update(search={"per_channel": ["yes", "no"]}), "steps[0].search.per_channel"),
+        (lambda w: w["steps"][0].update(optional=1), "steps[0].optional"),
+        (lambda w: w["evaluate"][0].update(candidates="false"), "evaluate[0].candidates"),
+    ],
+)
+def test_a_boolean_option_takes_true_or_false_only(tmp_path, tiny_onnx, change, where):
+    """pydantic's lax mode reads "true", "yes" and 1 as booleans: a workflow's are refused, in a
+    step's config, its search, and the workflow's own keys."""
+    workflow = tiny_workflow(tiny_onnx)
+    change(workflow)
+    [problem] = problems_of(write_workflow(tmp_path, workflow))
+    assert problem.where == where
+    assert problem.expected == "true or false"
+    assert "true or false" in (problem.hint or "")
+
+
+def test_tokenizer_input_on_an_onnx_input_is_refused_at_validate_time(tmp_path, tiny_onnx):
+    (tmp_path / "lines.txt").write_text("one line\nanother line\n")
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["data"] = {"rows": {"source": "text_lines", "path": str(tmp_path / "lines.txt"), "tokenizer": "input"}}
+    [problem] = problems_of(write_workflow(tmp_path, workflow))
+    assert problem.where == "data.rows.tokenizer"
+    assert "an onnx input has none" in problem.message and "tokenizer:" in (problem.hint or "")

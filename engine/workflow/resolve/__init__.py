@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from engine.core.errors import InputError, Problem
 from engine.core.search import flatten
 from engine.workflow.problems import problems_from_validation
-from engine.workflow.resolve.checks import metric_refs, session_name_free
+from engine.workflow.resolve.checks import input_tokenizers, metric_refs, session_name_free
 from engine.workflow.resolve.inputs import WEIGHT_FILES, fetch_input, resolve_input, token_problems
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel, ResolvedWorkflow, Step, TargetEntry
 from engine.workflow.resolve.parts import parts_of
@@ -45,6 +45,8 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     datasets = resolve_data(parts, source, problems)
     targets = resolve_targets(parts, source, problems)
     input_model = None if tokens else resolve_input(parts.input, source, problems)
+    reported = {p.where.split(".")[1] for p in problems if p.where.startswith("data.") and p.where.count(".") >= 1}
+    problems.extend(input_tokenizers({k: v for k, v in datasets.items() if k not in reported}, input_model, source))
     steps = resolve_steps(parts, input_model, source, problems)
     evaluators = resolve_evaluators(parts, source, problems)
     if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known

@@ -321,3 +321,22 @@ def session_name_free(steps: dict[str, Step], targets: dict[str, Any], source: W
             hint="rename the step",
         )
     ]
+
+
+def input_tokenizers(datasets: dict[str, Any], input_model: InputModel | None, source: WorkflowSource) -> list[Problem]:
+    """A text source with ``tokenizer: input`` reads the tokenizer saved with the workflow's input:
+    only a Hugging Face folder has one, so on an ONNX or torch input it would fail at run time."""
+    if input_model is None or input_model.format == "hf" or input_model.attrs.get("tokenizer"):
+        return []
+    return [
+        source.problem(
+            ("data", name, "tokenizer"),
+            f"`tokenizer: input` reads the tokenizer of the input model, and {'an' if input_model.format == 'onnx' else 'a'} "
+            f"{input_model.format} input has none",
+            expected="a folder holding a Hugging Face tokenizer (tokenizer.json, vocab.txt, ...)",
+            given="input",
+            hint="set `tokenizer:` to the folder of the tokenizer the model was made with (tokenizer.save_pretrained writes one)",
+        )
+        for name, entry in datasets.items()
+        if getattr(entry.typed_config, "tokenizer", None) == "input"
+    ]
