@@ -145,6 +145,8 @@ class EventLog(Hooks):
     def __exit__(self, *exc: object) -> None:
         self.handle.close()
         os.replace(self.partial, self.path)
+        for left in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # logs of runs killed before they ended
+            left.unlink(missing_ok=True)
 
     def write(self, kind: str, **fields: Any) -> None:
         self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")

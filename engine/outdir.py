@@ -11,6 +11,12 @@ from engine.core.errors import InputError, Problem
 OUTPUT_MARKERS = ("candidates.json", "workflow.lock.json", "events.jsonl")
 
 
+def is_partial_event_log(name: str) -> bool:
+    """``.events.jsonl.<id>.tmp``: the event log of a run still going, or of one killed before it
+    ended (engine.hooks.EventLog): Kiln's own file, so its folder is Kiln's to replace."""
+    return name.startswith(".events.jsonl.") and name.endswith(".tmp")
+
+
 def check_output_dir(output_dir: Path) -> None:
     """Refuse, before anything runs, an output folder that holds files Kiln did not write: the
     outputs replace the folder as a whole."""
@@ -19,7 +25,7 @@ def check_output_dir(output_dir: Path) -> None:
     if not output_dir.is_dir():
         raise InputError([Problem(where="--output", message="is not a folder", given=str(output_dir), hint="name a folder")])
     names = {p.name for p in output_dir.iterdir()}
-    if names and not names & set(OUTPUT_MARKERS):
+    if names and not names & set(OUTPUT_MARKERS) and not any(is_partial_event_log(name) for name in names):
         raise InputError(
             [
                 Problem(
