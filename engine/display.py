@@ -40,12 +40,24 @@ _GLUE = "\x00"
 _LABELLED = re.compile(r"^(\s*)(expected|given|fix|hint|note|why):\s+")
 
 
+def message_width() -> int | None:
+    """The width messages on stderr wrap at: only on a terminal (COLUMNS, else its width). Piped
+    or written to a file, a message stays one line, for grep and for logs that wrap themselves;
+    COLUMNS alone does not wrap it there (GNU readline exports COLUMNS into every child of a
+    process that loaded it, so its presence says nothing about where the text goes)."""
+    try:
+        on_terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    return terminal_width(sys.stderr) if on_terminal else None
+
+
 def wrap(text: str, width: int | None = None) -> str:
-    """Each line of ``text`` wrapped at ``width`` (default: ``terminal_width`` of stderr; text
-    piped without COLUMNS stays one line a message, for grep); a wrapped line's continuation is
-    indented under its text ("expected: ..." under the value), and the first line keeps its
-    ``file:line: key:`` prefix. Words (paths, keys) are never broken."""
-    width = width or terminal_width(sys.stderr)
+    """Each line of ``text`` wrapped at ``width`` (default: ``message_width``: on a terminal
+    only); a wrapped line's continuation is indented under its text ("expected: ..." under the
+    value), and the first line keeps its ``file:line: key:`` prefix. Words (paths, keys) are
+    never broken."""
+    width = width or message_width()
     if not width:
         return text
     out = []

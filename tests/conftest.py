@@ -11,6 +11,12 @@ from genai_models import TinyGenai, build
 
 OV_EP_REQUIREMENTS = ["onnxruntime-openvino==1.24.1"]
 
+# Tables follow COLUMNS when piped. GNU readline (loaded under pytest) exports COLUMNS=80 into the
+# C environment, where every subprocess the tests start finds it although os.environ does not
+# show it: a test's `engine run` would then lay its tables out at 80 columns by accident. The
+# tests' processes get an explicit width instead (a test that wants another sets its own).
+os.environ["COLUMNS"] = "200"
+
 
 @pytest.fixture(scope="session")
 def envs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
