@@ -254,9 +254,11 @@ def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
     return rules
 
 
-def _describe(result: CandidateResult | None, metric: str, interval: Interval) -> str:
-    """``#3 latency.speedup 1.52 [1.47, 1.58]`` (without the candidate's number when ``result`` is None)."""
-    figure = f"{metric} {_fmt(interval.estimate)}"
+def _describe(result: CandidateResult | None, metric: str, interval: Interval, other: float | None = None) -> str:
+    """``#3 latency.speedup 1.52 [1.47, 1.58]`` (without the candidate's number when ``result`` is None);
+    given ``other`` (the figure it is compared with), the estimate has the digits that tell them apart."""
+    estimate = _fmt(interval.estimate) if other is None or other == interval.estimate else against(interval.estimate, other)
+    figure = f"{metric} {estimate}"
     if interval.low != interval.high:
         figure += f" [{_fmt(interval.low)}, {_fmt(interval.high)}]"
     return figure if result is None else f"#{result.candidate.id.split('/')[-1]} {figure}"
@@ -318,9 +320,10 @@ def _write_verdicts(
         chosen.verdict = "the only candidate that met the constraints"
     elif len(ranked) == 1:
         runner_up = max((r for r in feasible if r is not chosen), key=lambda r: sign * intervals[r.candidate.id].estimate)
+        second = intervals[runner_up.candidate.id]
         chosen.verdict = (
-            f"best {_describe(None, metric, mine)}, clear of the next best "
-            f"({_describe(runner_up, metric, intervals[runner_up.candidate.id])})"
+            f"best {_describe(None, metric, mine, second.estimate)}, clear of the next best "
+            f"({_describe(runner_up, metric, second, mine.estimate)})"
         )
     else:
         others = ", ".join(_describe(r, metric, intervals[r.candidate.id]) for r in ranked[1:])
@@ -338,8 +341,10 @@ def _write_verdicts(
             result.verdict = f"tied with the chosen {label} ({within}); lost on {_decider(rules, chosen, result)}"
         else:
             worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
+            theirs = intervals[result.candidate.id]
             result.verdict = (
-                f"{worse} than the chosen {label}: {_describe(result, metric, intervals[result.candidate.id])}, outside its interval"
+                f"{worse} than the chosen {label} ({metric} {against(mine.estimate, theirs.estimate)}): "
+                f"{_describe(result, metric, theirs, mine.estimate)}, outside its interval"
                 + (f" and more than {margin:.0%} behind" if margin else "")
             )
 
