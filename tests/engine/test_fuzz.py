@@ -16,6 +16,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,32 +27,11 @@ from engine_helpers import engine_cmd, tiny_workflow
 
 from engine.cli import main
 
+# The structural and textual mutators are bench/adversarial.py's (one copy for both)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _adversarial_cases import mutate_structure, mutate_text
+
 CASES = 300
-NASTY: list[Any] = [
-    None,
-    True,
-    0,
-    -1,
-    2**31,
-    2**64,
-    10**40,
-    1e308,
-    0.5,
-    "",
-    "x",
-    "../../escape",
-    "/abs/path",
-    "a" * 5000,
-    "nul\x00byte",
-    "ünïcode",
-    [],
-    {},
-    [[[[[[]]]]]],
-    {"a": {"b": {"c": {}}}},
-    ["a", "b"],
-    [{"id": "x"}],
-]
-SYNTAX = [*":{}[],&*!|>-#'\"\n\t ?%@`", "&a ", "*a", "<<: *a", "---\n", "\\u0000", ": :", "- -"]
 
 
 def base_workflows(model: Path) -> list[dict[str, Any]]:
@@ -76,68 +56,6 @@ def base_workflows(model: Path) -> list[dict[str, Any]]:
     richer["search"] = {"sampler": "tpe", "max_candidates": 4, "seed": 1}
     richer["output"] = {"dir": "out/fuzz", "keep": "pareto"}
     return [simple, richer]
-
-
-def _containers(value: Any, found: list[Any]) -> list[Any]:
-    if isinstance(value, dict):
-        found.append(value)
-        for item in value.values():
-            _containers(item, found)
-    elif isinstance(value, list):
-        found.append(value)
-        for item in value:
-            _containers(item, found)
-    return found
-
-
-def mutate_structure(workflow: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    workflow = copy.deepcopy(workflow)
-    for _ in range(rng.randint(1, 3)):
-        target = rng.choice(_containers(workflow, []))
-        if isinstance(target, dict) and target:
-            key = rng.choice(list(target))
-            action = rng.choice(["drop", "retype", "rename", "add", "nest"])
-            if action == "drop":
-                del target[key]
-            elif action == "retype":
-                target[key] = copy.deepcopy(rng.choice(NASTY))
-            elif action == "rename":
-                target[key + rng.choice(["s", "_", "x"])] = target.pop(key)
-            elif action == "add":
-                target[rng.choice(["id", "after", "source", "search", "config", "when", "pass", "values", "low", "evaluator"])] = (
-                    copy.deepcopy(rng.choice(NASTY))
-                )
-            else:
-                target[key] = {key: target[key]}
-        elif isinstance(target, list) and target:
-            index = rng.randrange(len(target))
-            action = rng.choice(["drop", "retype", "duplicate"])
-            if action == "drop":
-                del target[index]
-            elif action == "retype":
-                target[index] = copy.deepcopy(rng.choice(NASTY))
-            else:
-                target.insert(index, copy.deepcopy(target[index]))
-    return workflow
-
-
-def mutate_text(text: str, rng: random.Random) -> str:
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(text) + 1)
-        action = rng.choice(["cut", "insert", "line", "truncate"])
-        if action == "cut":
-            text = text[:at] + text[at + rng.randint(1, 12) :]
-        elif action == "insert":
-            text = text[:at] + rng.choice(SYNTAX) + text[at:]
-        elif action == "line":
-            lines = text.splitlines(keepends=True)
-            if lines:
-                line = rng.randrange(len(lines))
-                lines.insert(line, lines[rng.randrange(len(lines))])
-                text = "".join(lines)
-        elif rng.random() < 0.3:
-            text = text[:at]
-    return text
 
 
 def hostile_paths(folder: Path) -> list[str]:
