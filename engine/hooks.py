@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.jobs import PassSpec
+from engine.outdir import is_partial_event_log
 from engine.results import CandidateResult, Stats
 
 
@@ -145,8 +146,9 @@ class EventLog(Hooks):
     def __exit__(self, *exc: object) -> None:
         self.handle.close()
         os.replace(self.partial, self.path)
-        for left in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # logs of runs killed before they ended
-            left.unlink(missing_ok=True)
+        for left in self.path.parent.iterdir():  # logs of runs killed before they ended
+            if is_partial_event_log(left.name):
+                left.unlink(missing_ok=True)
 
     def write(self, kind: str, **fields: Any) -> None:
         self.handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}, default=str) + "\n")

@@ -45,7 +45,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     datasets = resolve_data(parts, source, problems)
     targets = resolve_targets(parts, source, problems)
     input_model = None if tokens else resolve_input(parts.input, source, problems)
-    reported = {p.where.split(".")[1] for p in problems if p.where.startswith("data.") and p.where.count(".") >= 1}
+    reported = {p.where.split(".")[1] for p in problems if p.where.startswith("data.")}
     problems.extend(input_tokenizers({k: v for k, v in datasets.items() if k not in reported}, input_model, source))
     steps = resolve_steps(parts, input_model, source, problems)
     evaluators = resolve_evaluators(parts, source, problems)
