@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from pydantic import ValidationError
 
 from engine.core.hashing import sha256_json
 from engine.core.search import FloatRange
 from engine.jobs import EvalSpec, Key, PassSpec, pass_spec
-from engine.space import SESSION, SKIP, Point, TargetSpace
+from engine.space import SESSION, SKIP, Point, TargetSpace, resolved_config
 from engine.workflow.resolve import ResolvedWorkflow, Step
 
 INPUT = "input"
@@ -64,19 +63,6 @@ class Candidate:
     settings: dict[str, Any] = field(default_factory=dict)
     #: made to try the searched settings on the reference model (the cheapest), before the sampler
     screening: bool = False
-
-
-def resolved_config(cls: Any, config: dict[str, Any]) -> dict[str, Any]:
-    """The config a job runs with as its pass types it: every default applied (those that depend
-    on another option's value too) and every value in its option's type. A job's key names this,
-    so the same config gives the same key whether it was written under ``config:``, reached
-    through ``search:`` or left to the pass's defaults. A config the pass refuses (a sampled
-    point outside what validation could check) is kept as given: its job fails with the pass's
-    own message."""
-    try:
-        return dict(cls.Config(**config).to_json())
-    except ValidationError:
-        return config
 
 
 def _show(value: Any) -> str:

@@ -134,11 +134,27 @@ class TargetSearch:
         return list(self.pool.map(self.runner.process, candidates))
 
     def expected(self, has_reference: bool) -> int | None:
-        """At most how many candidates this search processes (None: unknown), for progress."""
+        """At most how many candidates this search processes (None: unknown), for progress: the
+        reference, the session settings screened on it, the baselines that lie outside the space
+        (one inside is a point the sampler would give anyway) and the space's points."""
         size = self.space.size()
-        total = None if size is None else size + int(has_reference)
         cap = self.spec.max_candidates
-        return cap if total is None else (total if cap is None else min(total, cap))
+        if size is None:
+            return cap
+        plan, reference = self.runner.plan, self.runner.plan.reference(self.target)
+        chains = self.space.chains
+        # a path of optional steps skipped is the input model: the reference (and each screening
+        # candidate) is then a point of the space already
+        in_space = reference is not None and not reference.jobs and bool(chains) and all(s.optional for s in chains[0])
+        extra = 0 if in_space else int(has_reference) + len(screening_settings(self.runner.resolved, self.space))
+        if self.spec.baselines:
+            extra += sum(
+                1
+                for c in plan.baselines(self.target)
+                if c != reference and plan.measured(c) and (c.point is None or not self.space.holds(c.point))
+            )
+        total = size + extra
+        return total if cap is None else min(total, cap)
 
     def run(self) -> None:
         plan = self.runner.plan

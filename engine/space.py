@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pydantic import ValidationError
+
 from engine.core.search import Categorical, FloatRange, IntRange, SearchDim, flatten, grid_size, iter_grid_points, ordered_dims
 from engine.workflow.resolve import ResolvedWorkflow, Step
 from engine.workflow.resolve.sizes import chains_for, space_size
@@ -26,6 +28,19 @@ SESSION = "session"
 
 def _primitive(values: tuple[Any, ...]) -> bool:
     return all(v is None or isinstance(v, bool | int | float | str) for v in values)
+
+
+def resolved_config(cls: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The config a job runs with as its pass types it: every default applied (those that depend
+    on another option's value too) and every value in its option's type. A job's key names this,
+    so the same config gives the same key whether it was written under ``config:``, reached
+    through ``search:`` or left to the pass's defaults. A config the pass refuses (a sampled
+    point outside what validation could check) is kept as given: its job fails with the pass's
+    own message."""
+    try:
+        return dict(cls.Config(**config).to_json())
+    except ValidationError:
+        return config
 
 
 class TargetSpace:
@@ -164,6 +179,27 @@ class TargetSpace:
             if dim.active({**self._own, **self.settings(point)}):
                 point[f"{SESSION}.{name}"] = _suggest(trial, f"{SESSION}.{name}", dim)
         return point
+
+    def holds(self, point: Point) -> bool:
+        """Whether ``point`` (a baseline's, say) stands for a model the space gives too: each
+        searched value among its dimension's, a value left to the pass's default (None) read as
+        the default the pass resolves it to (the same job either way)."""
+        for step in self.chain(point):
+            params = self.step_params(step, point)
+            if params is None:
+                continue
+            resolved: dict[str, Any] | None = None
+            for name, dim in step.search.items():
+                value = params.get(name)
+                if name not in params or dim.distribution.contains(value):
+                    continue
+                if resolved is None:
+                    resolved = resolved_config(step.pass_cls, {**step.config, **params})
+                if value is not None or not dim.distribution.contains(resolved.get(name)):
+                    return False
+        return all(
+            dim.distribution.contains(point[key]) for key, dim in self.searched(point) if key.startswith(f"{SESSION}.") and key in point
+        )
 
     def distributions(self, point: Point) -> dict[str, Any] | None:
         """Optuna distributions of a point's parameters (to tell optuna about a point it did not

@@ -7,6 +7,7 @@ import io
 import json
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from engine.hooks import EventLog
@@ -116,6 +117,74 @@ def test_a_run_announces_each_target_with_the_candidates_it_processes(tmp_path, 
     record = Record()
     run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), record)
     assert record.started == [("cpu", 3)] and record.done == 3  # the reference and the two per_channel points
+
+
+@pytest.mark.parametrize(
+    ("steps", "target"),
+    [
+        # a baseline outside the searched values is a candidate of its own
+        (
+            [
+                {
+                    "id": "int8",
+                    "pass": "ort_quantize",
+                    "config": {"mode": "dynamic", "per_channel": True},
+                    "search": {"per_channel": [False, True], "reduce_range": [True]},
+                }
+            ],
+            {},
+        ),
+        # an optional step: skipping it is the input model, the reference
+        (
+            [
+                {
+                    "id": "int8",
+                    "pass": "ort_quantize",
+                    "optional": True,
+                    "config": {"mode": "dynamic"},
+                    "search": {"per_channel": [False, True]},
+                }
+            ],
+            {},
+        ),
+        # searched session settings, screened on the reference first
+        (
+            [{"id": "int8", "pass": "ort_quantize", "config": {"mode": "dynamic"}, "search": {"per_channel": [False, True]}}],
+            {"search": {"graph_optimization_level": ["basic", "all"]}},
+        ),
+    ],
+    ids=["baseline-outside", "optional-step", "settings"],
+)
+def test_the_announced_total_is_what_the_search_processes(tmp_path, tiny_onnx, steps, target):
+    from engine_helpers import tiny_workflow, write_workflow
+
+    from engine.hooks import Hooks
+    from engine.run import run_workflow
+    from engine.store import Store
+    from engine.workflow import load_workflow
+
+    class Record(Hooks):
+        def __init__(self) -> None:
+            self.started: list[int | None] = []
+            self.done = 0
+
+        def target_started(self, target: str, candidates: int | None) -> None:
+            self.started.append(candidates)
+
+        def candidate_done(self, result, measured):  # type: ignore[no-untyped-def]
+            self.done += 1
+
+    workflow = tiny_workflow(
+        tiny_onnx,
+        targets=[{"id": "cpu", "runtime": "onnxruntime", "intra_op_threads": 1, **target}],
+        steps=steps,
+        evaluate=[{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}],
+        select={"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}},
+        search={"baselines": True},
+    )
+    record = Record()
+    run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"), record)
+    assert record.started == [record.done]
 
 
 def test_more_candidates_than_estimated_never_show_more_done_than_total_and_eta_follows_finished_work():
