@@ -143,6 +143,8 @@ class DecoderSession(GenerativeSession):
         self.device, self.device_id = device, device_id
         self.host_bytes = 0
         self.last_cache: dict[str, Any] = {}
+        self._loop: _SharedLoop | None = None
+        self._vocab_size: int | None = None
         self.details["io_binding"] = ("device" if device != "cpu" else "host") if bound else "off"
         self.details["decode_loop"] = "bound" if bound else "naive"
         self.details["kv_cache"] = "shared past/present buffer" if bound and layout.share_buffer else "concat (present fed back as past)"
@@ -245,13 +247,13 @@ class DecoderSession(GenerativeSession):
 
         layout = self.layout
         device, device_id = self.device, self.device_id
-        shape = (1, layout.kv_heads, length if layout.share_buffer else 0, layout.head_size)
+        if layout.share_buffer:
+            return self._bound_shared(prompt, n, length)
+        shape = (1, layout.kv_heads, 0, layout.head_size)
         cache = {
             name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
             for name in layout.pasts
         }
-        if layout.share_buffer:
-            return self._bound_shared(prompt, n, cache)
         tokens: list[int] = []
         times: list[float] = []
         #: the previous step's binding, kept alive while its present outputs are bound as past
@@ -279,50 +281,69 @@ class DecoderSession(GenerativeSession):
         self.last_cache = cache
         return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
 
-    def _bound_shared(self, prompt: list[int], n: int, cache: dict[str, Any]) -> Generation:
-        """The loop over one past/present buffer: the prefill binds everything; each decode step
-        then reuses one binding in which only the token (updated in place), the attention mask
-        (one longer each step) and, if the model has them, the positions change. Per token that
-        is a handful of calls into onnxruntime, not one per cache tensor: on a small model on a
-        CPU the calls, not the arithmetic, are what a step costs."""
+    def _shared_loop(self, length: int, vocab: int) -> _SharedLoop:
+        """The shared-buffer loop's state for generations of up to ``length`` tokens, made once and
+        reused by every generation that fits (remade, larger, when one does not)."""
+        loop = self._loop
+        if loop is not None and loop.length >= length:
+            return loop
+        self._loop = None  # the old buffers go before the larger ones come
+        self._loop = _SharedLoop.make(self, length, vocab)
+        return self._loop
+
+    def _bound_shared(self, prompt: list[int], n: int, length: int) -> Generation:
+        """The loop over one past/present buffer: the prefill binds the prompt's ids and mask to a
+        binding whose cache is bound already; each decode step then reuses one binding in which
+        only the token (updated in place), the attention mask (one longer each step) and, if the
+        model has them, the positions change. Per token that is a handful of calls into
+        onnxruntime, not one per cache tensor: on a small model on a CPU the calls, not the
+        arithmetic, are what a step costs. On the CPU the logits are written by onnxruntime
+        straight into numpy arrays the loop keeps (no copy per step)."""
         import numpy as np
-        import onnxruntime
 
         layout = self.layout
-        device, device_id = self.device, self.device_id
-        logits_dtype = np.dtype(self._spec(layout.logits).dtype)
+        vocab = self._vocab()
+        loop = self._shared_loop(length, vocab)
         times: list[float] = []
         start = time.perf_counter()
-        prefill = self._binding(prompt, 0, cache)
-        prefill.bind_output(layout.logits, device, device_id)
-        for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
-            prefill.bind_ortvalue_output(present_name, cache[past_name])
-        self._run_bound(prefill)
-        host = prefill.get_outputs()[0].numpy()
+        feeds = self._step_feeds(prompt, 0)  # alive until the run: bound on the CPU without a copy
+        for name, array in feeds.items():
+            if self.device == "cpu":
+                loop.prefill.bind_cpu_input(name, array)
+            else:
+                loop.prefill.bind_ortvalue_input(name, self._device_value(array))
+        host = loop.prefill_logits(self, len(prompt))
+        self._run_bound(loop.prefill)
+        host = host if host is not None else loop.prefill.get_outputs()[0].numpy()
         tokens = [int(np.argmax(host[0, -1]))]
         times.append(time.perf_counter() - start)
-        self.host_bytes += host.nbytes
-        if n > 1:
-            step = self._binding(tokens[-1:], len(prompt), cache)
-            token = onnxruntime.OrtValue.ortvalue_from_numpy(np.asarray([tokens[-1:]], dtype=layout.ids_dtype), device, device_id)
-            step.bind_ortvalue_input(layout.input_ids, token)
-            logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, host.shape[-1]), logits_dtype, device, device_id)
-            step.bind_ortvalue_output(layout.logits, logits)
-            for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
-                step.bind_ortvalue_output(present_name, cache[past_name])
-            ids_dtype = np.dtype(layout.ids_dtype)
-            for past in range(len(prompt), len(prompt) + n - 1):
-                start = time.perf_counter()
-                token.update_inplace(np.asarray([[tokens[-1]]], dtype=ids_dtype))
-                if past > len(prompt):
-                    self._bind_positions(step, past)
-                self._run_bound(step)
-                last = logits.numpy()
-                tokens.append(int(np.argmax(last[0, -1])))
-                times.append(time.perf_counter() - start)
-                self.host_bytes += last.nbytes
-        self.last_cache = cache
+        self.host_bytes += host.shape[1] * vocab * host.itemsize
+        ids_dtype = np.dtype(layout.ids_dtype)
+        for past in range(len(prompt), len(prompt) + n - 1):
+            start = time.perf_counter()
+            loop.token.update_inplace(np.asarray([[tokens[-1]]], dtype=ids_dtype))
+            self._bind_positions(loop.step, past)
+            self._run_bound(loop.step)
+            last = loop.step_host if loop.step_host is not None else loop.step_logits.numpy()
+            tokens.append(int(np.argmax(last[0, -1])))
+            times.append(time.perf_counter() - start)
+            self.host_bytes += last.nbytes
+        self.last_cache = loop.cache
         return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
+
+    def _vocab(self) -> int:
+        """The logits' last dimension: from the model's output shape, else from one prefill."""
+        dims = self._spec(self.layout.logits).shape
+        if dims and isinstance(dims[-1], int) and dims[-1] > 0:
+            return dims[-1]
+        if self._vocab_size is None:
+            self._vocab_size = int(self.logits([0]).shape[-1])
+        return self._vocab_size
+
+    def _device_value(self, array: np.ndarray) -> Any:
+        import onnxruntime
+
+        return onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id)
 
     def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> Any:
         """A binding with this step's feeds (ids, mask, positions) and the cache as past."""
@@ -359,3 +380,64 @@ class DecoderSession(GenerativeSession):
     def close(self) -> None:
         self._session = None
         self.last_cache = {}
+        self._loop = None
+
+
+@dataclass
+class _SharedLoop:
+    """What the shared-buffer loop keeps between generations: the past/present buffers
+    (``[1, kv_heads, length, head_size]`` each; the attention mask, not the buffer, says how much
+    is valid), the prefill's and the decode step's bindings with those buffers bound, the step's
+    token and logits. Made fresh per generation, the buffers' first touch (page faults on newly
+    mapped memory) and the binding calls landed inside the timed prefill. On the CPU the logits
+    are bound to numpy arrays kept here (``*_host``), which onnxruntime writes in place."""
+
+    length: int
+    cache: dict[str, Any]
+    prefill: Any
+    step: Any
+    token: Any
+    step_logits: Any
+    step_host: np.ndarray | None
+    prefill_host: np.ndarray | None
+
+    @classmethod
+    def make(cls, session: DecoderSession, length: int, vocab: int) -> _SharedLoop:
+        import numpy as np
+        import onnxruntime
+
+        layout, device, device_id = session.layout, session.device, session.device_id
+        shape = (1, layout.kv_heads, length, layout.head_size)
+        on_host = device == "cpu"
+        cache = {
+            name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
+            for name in layout.pasts
+        }
+        live = session._live()
+        prefill, step = live.io_binding(), live.io_binding()
+        for binding in (prefill, step):
+            for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
+                binding.bind_ortvalue_input(past_name, cache[past_name])
+                binding.bind_ortvalue_output(present_name, cache[past_name])
+        token = session._device_value(np.zeros((1, 1), dtype=layout.ids_dtype))
+        step.bind_ortvalue_input(layout.input_ids, token)
+        logits_dtype = np.dtype(session._spec(layout.logits).dtype)
+        step_host = np.zeros((1, 1, vocab), dtype=logits_dtype) if on_host else None
+        if step_host is not None:
+            step_logits = session._device_value(step_host)
+        else:
+            step_logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, vocab), logits_dtype, device, device_id)
+        step.bind_ortvalue_output(layout.logits, step_logits)
+        prefill_host = np.zeros((1, length, vocab), dtype=logits_dtype) if on_host else None
+        return cls(length, cache, prefill, step, token, step_logits, step_host, prefill_host)
+
+    def prefill_logits(self, session: DecoderSession, count: int) -> np.ndarray | None:
+        """Bind the prefill's logits output for a prompt of ``count`` tokens: on the CPU a view of
+        the kept array (returned; onnxruntime writes it), elsewhere on the device (None: read
+        after the run)."""
+        if self.prefill_host is None:
+            self.prefill.bind_output(session.layout.logits, session.device, session.device_id)
+            return None
+        view = self.prefill_host[:, :count, :]  # C-contiguous: batch 1, leading positions
+        self.prefill.bind_ortvalue_output(session.layout.logits, session._device_value(view))
+        return view

@@ -117,3 +117,17 @@ def test_inference_settings_name_the_decode_loop(tiny_genai: TinyGenai) -> None:
     assert "greedy decode loop" in code and "def run(feeds)" not in code
     namespace: dict[str, object] = {}
     exec(compile(code, "snippet", "exec"), namespace)  # opens the model as measured
+
+
+def test_the_shared_buffer_loop_reused_across_generations_gives_what_a_fresh_session_gives(tiny_genai: TinyGenai) -> None:
+    """The bound loop keeps its buffers and bindings between generations (a longer one grows
+    them): whatever ran before, each continuation is the one a fresh session gives."""
+    session = open_decoder(tiny_genai.fp32)
+    short, long = PROMPT[:3], PROMPT + PROMPT[:5]
+    asked = [(PROMPT, NEW_TOKENS), (short, 2), (long, NEW_TOKENS + 6), (short, NEW_TOKENS), (PROMPT, NEW_TOKENS)]
+    for prompt, count in asked:
+        fresh = open_decoder(tiny_genai.fp32).generate(prompt, count).tokens
+        assert session.generate(prompt, count).tokens == fresh
+    assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
+    # the buffers grew once, to the longest generation, and were kept
+    assert {tuple(v.shape()) for v in session.last_cache.values()} == {(1, 2, len(long) + NEW_TOKENS + 6, HEAD_SIZE)}
