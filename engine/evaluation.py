@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.datasets import Datasets
 from engine.jobs import EvalSpec
@@ -18,9 +19,20 @@ from engine.workflow.resolve import ResolvedWorkflow
 Measure = Callable[[EvalSpec, ModelArtifact | None], tuple[dict[str, Any] | None, str | None]]
 
 
+#: the evaluation the engine adds where no evaluation of the workflow opens a session (evaluators.load)
+LOAD = "load"
+
+
 def candidate_evaluations(resolved: ResolvedWorkflow) -> list[EvalSpec]:
-    """Cheap figures first; evaluations kept for passes (``candidates: false``) are left out."""
-    return sorted((EvalSpec.of(e) for e in resolved.evaluators.values() if e.candidates), key=lambda spec: spec.timing)
+    """Cheap figures first; evaluations kept for passes (``candidates: false``) are left out.
+    Where none of them opens the model on the target (size alone), the engine's ``load`` comes
+    last: a candidate its target cannot open fails there and is never chosen."""
+    specs = sorted((EvalSpec.of(e) for e in resolved.evaluators.values() if e.candidates), key=lambda spec: spec.timing)
+    if specs and not any(spec.evaluator_cls.opens_session for spec in specs):
+        cls = registry.load("evaluators", LOAD)
+        name = LOAD if LOAD not in resolved.evaluators else f"{LOAD}_check"
+        specs.append(EvalSpec(id=name, plugin=LOAD, evaluator_cls=cls, config={}, timeout_s=cls.default_timeout_s))
+    return specs
 
 
 def evaluate(

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.core.artifact import ModelArtifact
 from engine.datasets import Datasets, input_artifact
+from engine.evaluation import candidate_evaluations
 from engine.jobs import EvalSpec
 from engine.keys import explain
 from engine.planner import Candidate, Plan, build_plan
@@ -77,7 +78,7 @@ def explain_plan(resolved: ResolvedWorkflow, store: Store, plan: Plan | None = N
     datasets = Datasets(resolved, store, model)
     digests: dict[str, str | None] = {}
     jobs = tuple(_job_status(plan, store, datasets, model, job_id, digests) for job_id in plan.job_order())
-    specs = [EvalSpec.of(e) for e in resolved.evaluators.values() if e.candidates]
+    specs = candidate_evaluations(resolved)
     candidates = {}
     for target in resolved.targets:
         found = plan.candidates_of(target)

@@ -45,6 +45,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "fidelity": "evaluators.fidelity:Fidelity",
         "accuracy": "evaluators.accuracy:Accuracy",
         "size": "evaluators.size:Size",
+        "load": "evaluators.load:Load",
         "memory": "evaluators.memory:Memory",
         "custom": "evaluators.custom:Custom",
         "generation": "evaluators.generation:GenerationEvaluator",

@@ -48,6 +48,7 @@ class Size(Evaluator):
     summary = "Bytes on disk of the model's files, and bytes of its weights by element type (ONNX, OpenVINO IR, safetensors)."
     version = "1"
     metrics = ("file_bytes", "file_mb", "weights_bytes")
+    opens_session = False  # it reads files: the engine adds ``load`` where nothing else opens one
 
     class Config(EvaluatorConfig):
         pass

@@ -89,6 +89,9 @@ class Evaluator(ABC):
     metrics: ClassVar[tuple[str, ...]] = ()
     #: timing evaluators belong to the host they ran on and never share the machine with other work
     timing: ClassVar[bool] = False
+    #: opens the model in a session on the target (so a model the target cannot load fails it);
+    #: where no evaluation of a workflow does, the engine adds ``load``, which does only that
+    opens_session: ClassVar[bool] = True
     #: compares against the reference model (so the reference digest enters the key)
     needs_reference: ClassVar[bool] = False
     libraries: ClassVar[tuple[str, ...]] = ()

@@ -6,6 +6,7 @@ onnxruntime is imported inside functions, never at module import.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,16 @@ def import_onnxruntime() -> Any:
     except ImportError as error:
         raise MissingDependency("onnxruntime", "the onnxruntime target", "pip install onnxruntime (or onnxruntime-gpu for CUDA)") from error
     return onnxruntime
+
+
+def runtime_message(error: BaseException) -> str:
+    """onnxruntime's message for a person: its C++ source location and the signature of the
+    function that raised (``/onnxruntime_src/...cc:256 onnxruntime::Model::Model(...)``) taken
+    out, the status code and the reason kept."""
+    text = str(error)
+    signature = r"(?:[\w:<>,*&]+ )*?[\w:~<>]+\((?:[^()]|\([^()]*\))*\)(?: const)? "
+    text = re.sub(rf"/onnxruntime_src/\S+:\d+ (?:{signature})?", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def runtime_errors() -> tuple[type[BaseException], ...]:
@@ -125,7 +136,7 @@ class OnnxRuntimeSession(Session):
         try:
             return list(session.run(None, feeds))
         except runtime_errors() as error:
-            raise KilnError(f"onnxruntime failed to run the model: {type(error).__name__}: {error}") from error
+            raise KilnError(f"onnxruntime failed to run the model: {type(error).__name__}: {runtime_message(error)}") from error
 
     def prepare(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
         """With I/O binding: ``feeds`` copied to the device once, outputs allocated by a first

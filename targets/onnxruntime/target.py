@@ -17,10 +17,18 @@ from engine.core.target import Availability, Target, TensorSpec
 from targets.onnxruntime import binding, eps, placement
 from targets.onnxruntime import tensorrt as trt_cache
 from targets.onnxruntime.config import ALLOW_SPINNING, OPT_LEVELS, TRT_CACHE_PATHS, OnnxRuntimeConfig, default_providers
-from targets.onnxruntime.decoder import DecoderLayout, DecoderSession
+from targets.onnxruntime.decoder import DecoderSession
+from targets.onnxruntime.decoder_layout import DecoderLayout
 from targets.onnxruntime.eps import CPU, CUDA, OPENVINO, TENSORRT
 from targets.onnxruntime.provider_groups import cuda_provider_options, openvino_provider_options
-from targets.onnxruntime.session import OnnxRuntimeSession, import_onnxruntime, numpy_dtype_name, runtime_errors, tensor_shape
+from targets.onnxruntime.session import (
+    OnnxRuntimeSession,
+    import_onnxruntime,
+    numpy_dtype_name,
+    runtime_errors,
+    runtime_message,
+    tensor_shape,
+)
 from targets.onnxruntime.snippet import ort_snippet
 
 if TYPE_CHECKING:
@@ -259,9 +267,9 @@ class OnnxRuntimeTarget(Target):
             if placement.refused_cpu_fallback(error):
                 raise TargetUnavailable(
                     f"target '{self.id}': some nodes can run on none of {', '.join(providers)} and CPU fallback is off "
-                    f"(onnxruntime: {error}); add {CPU} to providers, or {placement.OPT_OUT}"
+                    f"(onnxruntime: {runtime_message(error)}); add {CPU} to providers, or {placement.OPT_OUT}"
                 ) from error
-            raise KilnError(f"onnxruntime could not load {path}: {type(error).__name__}: {error}") from error
+            raise KilnError(f"onnxruntime could not load {path}: {type(error).__name__}: {runtime_message(error)}") from error
 
 
 def _add_plugin_devices(onnxruntime: Any, options: Any, providers: list[str], provider_options: list[dict[str, Any]] | None) -> None:

@@ -81,3 +81,67 @@ def test_the_size_evaluator_reports_missing_external_data_as_an_error(tmp_path):
     with pytest.raises(EvaluationError, match=r"weights\.bin"):
         Size(Size.Config()).evaluate(artifact, None)  # type: ignore[arg-type]
     assert model.is_file()
+
+
+def _newer_ir_model(path):
+    """A model onnx writes and checks but onnxruntime refuses to load: the IR version of the
+    installed onnx, newer than the installed onnxruntime reads (a static check cannot know which
+    onnxruntime a target runs)."""
+    import onnxruntime
+    import pytest
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = onnx.IR_VERSION
+    onnx.save(model, str(path))
+    try:
+        onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - what this model is for
+        return path
+    pytest.skip(f"this onnxruntime loads IR version {onnx.IR_VERSION}: no model of that kind to try")
+
+
+def _size_only(model, name="size"):
+    return tiny_workflow(
+        model,
+        steps=[],
+        evaluate=[{"id": name, "evaluator": "size"}],
+        select={"objective": {"metric": f"{name}.file_bytes", "goal": "min"}},
+    )
+
+
+def test_a_size_only_search_opens_each_candidate_on_its_target_before_it_can_be_chosen(tmp_path, tiny_onnx):
+    from engine.run import run_workflow
+    from engine.store import Store
+    from engine.workflow import load_workflow
+
+    # loadable: chosen, with the time its session took to open
+    report = run_workflow(load_workflow(write_workflow(tmp_path / "ok", _size_only(tiny_onnx))), Store(tmp_path / "store"))
+    (chosen,) = report.chosen().values()
+    assert chosen.metrics["load.open_s"] > 0 and chosen.details["load"]["runtime"] == "onnxruntime"
+
+    # the static check passes it; onnxruntime refuses it: failed, never chosen
+    model = _newer_ir_model(tmp_path / "newer-ir.onnx")
+    assert onnx_load_problem(model) is None
+    report = run_workflow(load_workflow(write_workflow(tmp_path / "bad", _size_only(model))), Store(tmp_path / "store"))
+    assert report.chosen() == {}
+    (result,) = report.results
+    assert result.state == "failed" and "could not open the model on target 'cpu'" in result.reason
+    assert "IR version" in result.reason and "onnxruntime_src" not in result.reason  # the reason, not the C++ location
+
+
+def test_load_keeps_its_name_where_a_workflow_evaluation_has_it_and_is_not_added_where_a_session_opens(tmp_path, tiny_onnx):
+    from engine.evaluation import candidate_evaluations
+    from engine.workflow import load_workflow
+
+    taken = _size_only(tiny_onnx, name="load")
+    specs = candidate_evaluations(load_workflow(write_workflow(tmp_path / "a", taken)))
+    assert [(s.id, s.plugin) for s in specs] == [("load", "size"), ("load_check", "load")]
+    timed = candidate_evaluations(load_workflow(write_workflow(tmp_path / "b", tiny_workflow(tiny_onnx))))
+    assert "load" not in {s.plugin for s in timed}
