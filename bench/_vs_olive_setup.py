@@ -1,7 +1,7 @@
 """bench/vs_olive.py's setup: Olive's environment and the two tools' configs for the same jobs.
 
 Olive's environment is a plain virtual environment, not one of Kiln's isolated environments
-(engine/environments.py): those install with uv, which does not read pip's configuration, so
+(engine/execute/environments.py): those install with uv, which does not read pip's configuration, so
 olive-ai's ``torch`` requirement would pull PyPI's multi-GB CUDA build. Here pip installs with
 ``-c constraints.txt`` (torch pinned to the CPU wheel) and, like Kiln's environments, a ``.pth``
 file puts Kiln's own site-packages after the environment's: olive-ai and what it needs beyond

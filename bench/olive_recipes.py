@@ -66,7 +66,7 @@ def target_system(config: dict[str, Any]) -> list[tuple[str, str]]:
     """The (device, execution provider) pairs of the system Olive's engine runs on (the first system
     when the engine names none; Olive's local CPU when there are none). A device left out is the one
     Olive infers from the execution provider."""
-    from engine.olive_systems import EP_DEVICE, canonical_ep
+    from engine.olive.systems import EP_DEVICE, canonical_ep
 
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k == "target"}}
     systems = config.get("systems") or {}
@@ -87,7 +87,7 @@ def target_system(config: dict[str, Any]) -> list[tuple[str, str]]:
 
 def runs_on(target: dict[str, Any], device: str, ep: str) -> bool:
     """Whether a translated target runs Olive's (device, execution provider)."""
-    from engine.olive_systems import GENAI_DEVICE
+    from engine.olive.systems import GENAI_DEVICE
 
     kiln_device = str(target.get("device", "cpu")).lower()
     runtime = target.get("runtime")
@@ -132,7 +132,7 @@ def missing_model(problem: Any) -> bool:
 
 def one(path: Path, corpus: Path, scratch: Path) -> dict[str, Any]:
     from engine.core.errors import InputError
-    from engine.olive_cli import load_translation, to_yaml
+    from engine.olive.cli import load_translation, to_yaml
 
     relative = path.relative_to(corpus)
     row: dict[str, Any] = {"config": relative.as_posix()}

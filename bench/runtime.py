@@ -47,7 +47,7 @@ def confirm(store: Path, target_id: str, settings: dict[str, Any], digest: str, 
     same model on the target as written: the speedup with its interval."""
     from engine.core.artifact import ModelArtifact
     from engine.core.evaluator import EvalContext
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
     from evaluators.latency import Latency
 
@@ -158,7 +158,7 @@ def gpu_part(store: Path, out: Path) -> bool:
     candidates = [c for c in _records(out)["candidates"] if c["target"] == "ort-cuda"]
     chosen = next(c for c in candidates if c["chosen"])
     reference = next(c for c in candidates if c["reference"])
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     folder = load_workflow(GPU_WORKFLOW).input.path

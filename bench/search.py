@@ -30,9 +30,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.results import RunReport  # noqa: E402
 from engine.run import run_workflow  # noqa: E402
-from engine.store import Store  # noqa: E402
+from engine.select.results import RunReport  # noqa: E402
+from engine.store.store import Store  # noqa: E402
 from engine.workflow import load_workflow  # noqa: E402
 
 

@@ -127,7 +127,7 @@ def openvino_env(given: Path | None, cache: Path) -> Path:
     if given is not None:
         return given / "bin" / "python"
     from engine.core.config import EnvironmentSpec
-    from engine.environments import ensure
+    from engine.execute.environments import ensure
 
     return Path(ensure(EnvironmentSpec(requirements=["onnxruntime-openvino==1.24.1"]), cache).python)
 

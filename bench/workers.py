@@ -96,7 +96,7 @@ def write_workflow(folder: Path, layers: int) -> Path:
 def one_run(workflow: Path, store: Path, workers: int, executor_kind: str) -> dict[str, Any]:
     """In this process: a local cluster of ``workers`` CPUs, then the run; its figures."""
     from engine.run import run_workflow
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(workflow)
@@ -106,7 +106,7 @@ def one_run(workflow: Path, store: Path, workers: int, executor_kind: str) -> di
     if executor_kind == "ray":
         import ray
 
-        from engine.ray_executor import RayExecutor
+        from engine.execute.ray_executor import RayExecutor
 
         ray.init(num_cpus=workers, object_store_memory=128 * 2**20, include_dashboard=False, log_to_driver=False)
         executor, count = RayExecutor(store_, targets=resolved), None  # None: the cluster's CPUs

@@ -1,4 +1,4 @@
-"""The ``engine`` command (its console script, and ``python -m engine``): ``engine.cli.main``, then
+"""The ``engine`` command (its console script, and ``python -m engine``): ``engine.cli.main.main``, then
 an exit that skips tearing the interpreter down.
 
 With the engine's libraries loaded, Python's own teardown (every module's namespace cleared, the
@@ -27,7 +27,7 @@ def console() -> None:
         try:
             stream.flush()
         except BrokenPipeError:  # the reader closed the pipe before the last of it (`engine ... | head`)
-            from engine.exits import closed_pipe
+            from engine.cli.exits import closed_pipe
 
             code = closed_pipe()
         except (OSError, ValueError):  # a stream already closed: nothing more can be written
@@ -36,7 +36,7 @@ def console() -> None:
 
 
 def _main() -> int:
-    from engine.cli import main
+    from engine.cli.main import main
 
     try:
         return main()

@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.environments import prepare
-from engine.executor import LocalExecutor, memory_workers
-from engine.front import select_all
-from engine.hooks import Hooks
-from engine.prestart import run_libraries
-from engine.results import RunReport
-from engine.runner import Runner
-from engine.search import search
-from engine.select import path_bytes
-from engine.store import Store
+from engine.execute.environments import prepare
+from engine.execute.executor import LocalExecutor, memory_workers
+from engine.execute.hooks import Hooks
+from engine.execute.prestart import run_libraries
+from engine.execute.runner import Runner
+from engine.search.search import search
+from engine.select.front import select_all
+from engine.select.results import RunReport
+from engine.select.select import path_bytes
+from engine.store.store import Store
 from engine.workflow.resolve import ResolvedWorkflow, fetch_input
 
 

@@ -31,7 +31,7 @@ def ov_ep_env(envs_dir: Path) -> Path:
     """The python of an environment holding the onnxruntime-openvino wheel (its ``onnxruntime``
     module has the OpenVINO execution provider), with Kiln importable: built once per session."""
     from engine.core.config import EnvironmentSpec
-    from engine.environments import ensure
+    from engine.execute.environments import ensure
 
     built = ensure(EnvironmentSpec(requirements=OV_EP_REQUIREMENTS), envs_dir)
     return Path(built.python)
@@ -42,7 +42,7 @@ def inc_env(envs_dir: Path) -> Any:
     """The isolated environment the Intel Neural Compressor passes declare (neural-compressor 3.7.1
     with numpy 1.26 and onnx 1.18), with Kiln importable: built once per session (or found in
     ``$KILN_ENVS_DIR``, keyed by its requirements)."""
-    from engine.environments import ensure
+    from engine.execute.environments import ensure
     from passes.quantize._inc import INC_ENVIRONMENT
 
     return ensure(INC_ENVIRONMENT, envs_dir)

@@ -109,7 +109,7 @@ def _requirement(text: str) -> str:
 
 
 class EnvironmentSpec(StrictConfig):
-    """A virtual environment a target's or a step's jobs run in (engine.environments builds it)."""
+    """A virtual environment a target's or a step's jobs run in (engine.execute.environments builds it)."""
 
     requirements: list[Annotated[str, AfterValidator(_requirement)]] = Field(
         min_length=1,

@@ -103,7 +103,7 @@ class Pass(ABC):
     default_timeout_s: ClassVar[float] = 7200.0
     #: the isolated environment the pass runs in when its step names none (a library that cannot
     #: share the main environment: old numpy / onnx pins): built once by ``engine run`` from these
-    #: pinned requirements (engine.environments); a step's own ``environment`` replaces it
+    #: pinned requirements (engine.execute.environments); a step's own ``environment`` replaces it
     environment: ClassVar[EnvironmentSpec | None] = None
 
     @classmethod

@@ -96,7 +96,7 @@ def expected_value(kind: str, ctx: dict[str, Any], annotation: Any = None) -> st
         except (KeyError, IndexError):
             return None
     if annotation is not None:
-        from engine.typetext import type_text
+        from engine.text.typetext import type_text
 
         text = type_text(annotation)
         return None if "object" in text or text == "any" else text  # a mapping's own check: its message says it

@@ -5,7 +5,7 @@ needs, with Kiln's options turned into INC's.
 INC's ONNX support last shipped in neural-compressor 3.7.1, which needs numpy < 2, onnx <= 1.18
 (1.19 removed ``onnx.mapping``), ``six`` and ``setuptools < 81`` (``pkg_resources``) without
 declaring the last two. None of that can share Kiln's main environment, so both passes declare
-``INC_ENVIRONMENT``: ``engine run`` builds it once (engine.environments) and their jobs run with
+``INC_ENVIRONMENT``: ``engine run`` builds it once (engine.execute.environments) and their jobs run with
 its Python. The environment's packages come first there, the main environment's after: numpy 1.26
 and onnx 1.18 shadow the main ones, so onnxruntime is pinned in it too (1.31.1, the main
 environment's release, runs with numpy 1.x).

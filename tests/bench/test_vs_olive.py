@@ -55,7 +55,7 @@ def test_kiln_workflows_match_and_validate(written):
     assert [s["pass"] for s in json.loads(written["ort"][1].read_text())["steps"]] == ["torch_export", "ort_fusion", "ort_quantize"]
     assert [s["pass"] for s in json.loads(written["ov"][1].read_text())["steps"]] == ["openvino_convert", "nncf_quantize"]
     done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "validate", *(str(k) for _, *kiln in written.values() for k in kiln)],
+        [sys.executable, "-m", "engine.cli.main", "validate", *(str(k) for _, *kiln in written.values() for k in kiln)],
         capture_output=True,
         text=True,
     )
@@ -64,7 +64,7 @@ def test_kiln_workflows_match_and_validate(written):
 
 
 def test_kiln_s_translation_of_the_olive_config_does_the_same_work(written):
-    from engine.olive_import import translate
+    from engine.olive.importer import translate
 
     for olive, kiln, _ in written.values():
         translation = translate(json.loads(olive.read_text()), olive)

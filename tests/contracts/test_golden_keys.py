@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from engine import keys
 from engine.core.hashing import SCHEME
+from engine.plan import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("golden_keys.json")
@@ -50,10 +50,10 @@ def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:
     """Every key of a workflow's plan, by a readable name. A job's output digest is stood in by
     one derived from the job's own key, so keys downstream of jobs that have not run are pinned too."""
     from engine.core.target import Availability
-    from engine.jobs import EvalSpec
-    from engine.planner import build_plan
-    from engine.runner import Runner
-    from engine.store import Store
+    from engine.execute.runner import Runner
+    from engine.plan.jobs import EvalSpec
+    from engine.plan.planner import build_plan
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     resolved = load_workflow(workflow)

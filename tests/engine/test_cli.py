@@ -12,14 +12,14 @@ import jsonschema
 import yaml
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
-from engine.cli import main
+from engine.cli.main import main
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = "import sys; from engine.cli import _parser; _parser().format_help(); print(sorted(m for m in ('torch','onnx','onnxruntime','transformers','numpy','rich') if m in sys.modules))"
+    code = "import sys; from engine.cli.main import _parser; _parser().format_help(); print(sorted(m for m in ('torch','onnx','onnxruntime','transformers','numpy','rich') if m in sys.modules))"
     done = subprocess.run([engine_cmd()[0], "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -197,7 +197,7 @@ def test_sigterm_with_parallel_workers_kills_them_instead_of_waiting(tmp_path, t
 def test_option_types_are_printed_as_written_in_a_workflow(capsys):
     from typing import Annotated, Any, Literal, Optional
 
-    from engine.typetext import type_text
+    from engine.text.typetext import type_text
 
     expected = {
         bool: "bool",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from engine.cli import main
-from engine.store import Store
+from engine.cli.main import main
+from engine.store.store import Store
 from tests.engine.engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 
@@ -45,7 +45,7 @@ def test_main_returns_141_on_a_closed_stdout(monkeypatch):
     def broken() -> dict[str, object]:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("engine.schema_doc.full_schema", broken)
+    monkeypatch.setattr("engine.cli.schema_doc.full_schema", broken)
     assert main(["schema"]) == 141
 
 

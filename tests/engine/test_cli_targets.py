@@ -8,7 +8,7 @@ import json
 
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine.cli import main
+from engine.cli.main import main
 
 AZURE_FIRST = {"id": "azure", "runtime": "onnxruntime", "providers": ["azure", "cpu"], "intra_op_threads": 1}
 TRT = {"id": "trt", "runtime": "onnxruntime", "providers": ["tensorrt", "cuda", "cpu"], "tensorrt": {"fp16": True}}

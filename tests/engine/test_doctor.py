@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.cli import main
-from engine.doctor import cpu_section
+from engine.cli.doctor import cpu_section
+from engine.cli.main import main
 
 
 def test_doctor_prints_every_section_and_exits_0(tmp_path, capsys):

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from engine.core.config import EnvironmentSpec
 from engine.core.errors import InputError, KilnError
-from engine.environments import MARKER, ensure, environment_library_versions, existing, failed_requirement
+from engine.execute.environments import MARKER, ensure, environment_library_versions, existing, failed_requirement
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 OV_EP = ["onnxruntime-openvino==1.24.1"]
@@ -129,7 +129,7 @@ def test_a_small_environment_is_built_once_and_rebuilt_without_its_marker(envs_d
 def test_the_ov_environment_has_openvino_ep_and_kiln(ov_ep_env):
     code = (
         "import json, onnxruntime, engine, pydantic, numpy;"
-        "from engine.environments import environment_library_versions as v;"
+        "from engine.execute.environments import environment_library_versions as v;"
         "print(json.dumps({'version': onnxruntime.__version__, 'providers': onnxruntime.get_available_providers(),"
         " 'libraries': v(['onnxruntime'])}))"
     )
@@ -197,7 +197,7 @@ def test_jobs_of_a_target_in_an_environment_run_there(tmp_path, tiny_onnx, ov_ep
     assert versions == {("cpu", main), ("ov", "1.24.1")}
     # the target's fingerprint in the keys names the environment's library and its packages
     resolved = load_workflow(path)
-    from engine.environments import prepare
+    from engine.execute.environments import prepare
 
     monkeypatch.setenv("KILN_ENVS_DIR", str(envs_dir))
     prepare(resolved, tmp_path / "store", build=False)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from engine_helpers import engine_cmd, tiny_workflow
 
-from engine.cli import main
+from engine.cli.main import main
 
 # The structural and textual mutators are bench/adversarial.py's (one copy for both)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from engine.cli import main
-from engine.history import History, runs
+from engine.cli.main import main
+from engine.report.history import History, runs
 from tests.engine.engine_helpers import make_tiny_encoder, tiny_workflow, write_workflow
 
 
@@ -110,8 +110,8 @@ def test_a_killed_run_shows_as_interrupted(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_damaged_history_does_not_stop_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from engine.cli import _recorded
-    from engine.store import Store
+    from engine.cli.main import _recorded
+    from engine.store.store import Store
 
     (tmp_path / "history.sqlite").write_bytes(b"not a database" * 100)
     resolved = type("R", (), {"file": tmp_path / "history.sqlite", "name": "w", "targets": {"cpu": None}})()

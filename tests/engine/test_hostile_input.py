@@ -91,7 +91,7 @@ def _huge_step_search(model: Path, points: int, cap: int | None) -> dict:
 def test_a_huge_step_range_with_max_candidates_is_sized_and_planned_without_being_listed(tmp_path, tiny_onnx):
     import time
 
-    from engine.planner import build_plan
+    from engine.plan.planner import build_plan
 
     path = write_workflow(tmp_path, _huge_step_search(tiny_onnx, 10**12, 3))
     started = time.monotonic()

@@ -13,12 +13,12 @@ import pytest
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 from hub_cache import MODEL_FILES, make_hub_cache, minilm_folder
 
-from engine import cli
+from engine.cli import main as cli
 from engine.core.errors import InputError
 from engine.core.hashing import digest_tree
-from engine.datasets import input_artifact
+from engine.execute.datasets import input_artifact
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import hub, load_workflow
 from engine.workflow.code import code_of
 from engine.workflow.resolve import fetch_input

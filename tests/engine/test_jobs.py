@@ -8,8 +8,8 @@ from pathlib import Path
 from engine_helpers import tiny_workflow, write_workflow
 
 from engine.core.artifact import ModelArtifact
-from engine.jobs import DatasetInput, MeasuringEvaluation, TargetRef, WorkOrder
-from engine.planner import build_plan
+from engine.plan.jobs import DatasetInput, MeasuringEvaluation, TargetRef, WorkOrder
+from engine.plan.planner import build_plan
 from engine.workflow import load_workflow
 
 

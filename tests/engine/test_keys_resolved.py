@@ -11,9 +11,9 @@ import numpy as np
 from engine_helpers import tiny_workflow, write_workflow
 
 import engine
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 STATIC_WRITTEN = {

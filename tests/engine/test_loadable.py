@@ -6,8 +6,8 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.cli import main
-from engine.loadable import onnx_load_problem
+from engine.cli.main import main
+from engine.workflow.loadable import onnx_load_problem
 from tests.engine.engine_helpers import tiny_workflow, write_workflow
 
 
@@ -118,7 +118,7 @@ def _size_only(model, name="size"):
 
 def test_a_size_only_search_opens_each_candidate_on_its_target_before_it_can_be_chosen(tmp_path, tiny_onnx):
     from engine.run import run_workflow
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     # loadable: chosen, with the time its session took to open
@@ -137,7 +137,7 @@ def test_a_size_only_search_opens_each_candidate_on_its_target_before_it_can_be_
 
 
 def test_load_keeps_its_name_where_a_workflow_evaluation_has_it_and_is_not_added_where_a_session_opens(tmp_path, tiny_onnx):
-    from engine.evaluation import candidate_evaluations
+    from engine.execute.evaluation import candidate_evaluations
     from engine.workflow import load_workflow
 
     taken = _size_only(tiny_onnx, name="load")

@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-from engine.locks import job_lock
-from engine.trials import owner
+from engine.search.trials import owner
+from engine.store.locks import job_lock
 
 
 def test_a_key_held_by_a_live_run_is_waited_for(tmp_path):
@@ -48,7 +48,7 @@ def test_a_lock_past_its_time_is_broken(tmp_path):
 
 def _holder(folder, key: str) -> subprocess.Popen[str]:
     code = (
-        "import sys, time; from pathlib import Path; from engine.locks import job_lock\n"
+        "import sys, time; from pathlib import Path; from engine.store.locks import job_lock\n"
         f"with job_lock(Path({str(folder)!r}), {key!r}, 600):\n"
         "    print('held', flush=True); time.sleep(600)\n"
     )

@@ -12,9 +12,9 @@ import pytest
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
-from engine.hooks import Hooks
+from engine.execute.hooks import Hooks
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")

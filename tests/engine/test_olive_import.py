@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from engine_helpers import make_tiny_encoder
 
-from engine.cli import main
-from engine.olive_cli import to_yaml
-from engine.olive_import import Translation, is_olive_config, translate
+from engine.cli.main import main
+from engine.olive.cli import to_yaml
+from engine.olive.importer import Translation, is_olive_config, translate
 from engine.workflow import load_workflow
 
 CPU = {"local_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}}

@@ -18,7 +18,7 @@ from engine_helpers import make_tiny_encoder
 from hub_cache import MODEL_FILES, make_hub_cache, minilm_folder
 
 from engine.core.errors import InputError
-from engine.olive_cli import load_translation, to_yaml
+from engine.olive.cli import load_translation, to_yaml
 from engine.workflow import load_workflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

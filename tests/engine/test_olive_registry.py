@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from engine_helpers import make_tiny_encoder
 
-from engine.cli import main
+from engine.cli.main import main
 from engine.core.errors import EvaluationError, InputError
-from engine.olive_import import translate
+from engine.olive.importer import translate
 from evaluators._usercode import load_function
 from evaluators.data.custom import Custom
 

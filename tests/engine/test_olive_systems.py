@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from engine_helpers import make_tiny_encoder
 
-from engine.olive_cli import to_yaml
-from engine.olive_import import Translation, translate
+from engine.olive.cli import to_yaml
+from engine.olive.importer import Translation, translate
 from engine.workflow import load_workflow
 
 

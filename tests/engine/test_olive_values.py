@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.olive_import import Translation, is_olive_config, translate
+from engine.olive.importer import Translation, is_olive_config, translate
 
 CPU = {"local": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}}
 SCRIPT = '''

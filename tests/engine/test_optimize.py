@@ -18,7 +18,7 @@ from decoders import tiny_decoder
 from engine_helpers import engine_cmd
 from hub_cache import MODEL_FILES, make_hub_cache, minilm_folder
 
-from engine.cli import main
+from engine.cli.main import main
 from engine.optimize.command import PROVIDERS, default_provider
 from engine.optimize.options import PRECISIONS
 from engine.workflow import load_workflow

@@ -7,8 +7,8 @@ import json
 import os
 import stat
 
-from engine.cli import main
-from engine.store import file_mode, write_json_atomic
+from engine.cli.main import main
+from engine.store.store import file_mode, write_json_atomic
 from tests.engine.engine_helpers import tiny_workflow, write_workflow
 
 
@@ -38,11 +38,11 @@ def test_outputs_share_one_mode_and_each_run_logs_only_its_events(tmp_path, tiny
 def test_write_json_atomic_respects_the_umask(tmp_path):
     old = os.umask(0o027)
     try:
-        import engine.store
+        import engine.store.store
 
-        engine.store._umask = None
+        engine.store.store._umask = None
         write_json_atomic(tmp_path / "a.json", {"a": 1})
         assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o640
     finally:
         os.umask(old)
-        engine.store._umask = None
+        engine.store.store._umask = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine.plan_status import BLOCKED, HIT, MISS, explain_plan
+from engine.report.plan_status import BLOCKED, HIT, MISS, explain_plan
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
 from engine.workflow import load_workflow
 
 

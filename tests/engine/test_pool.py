@@ -15,10 +15,10 @@ from engine_helpers import make_tiny_encoder
 
 from engine import registry
 from engine.core.artifact import ModelArtifact
-from engine.executor import LocalExecutor
-from engine.jobs import WorkOrder
-from engine.pool import preload_modules
-from engine.store import Store
+from engine.execute.executor import LocalExecutor
+from engine.execute.pool import preload_modules
+from engine.plan.jobs import WorkOrder
+from engine.store.store import Store
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_with_two_workers_datasets_are_read_alongside_passes_and_jobs_wait_for_t
     import numpy as np
     from engine_helpers import tiny_workflow, write_workflow
 
-    from engine.hooks import Hooks
+    from engine.execute.hooks import Hooks
     from engine.run import run_workflow
     from engine.workflow import load_workflow
 
@@ -153,7 +153,7 @@ def test_a_job_s_additions_to_sys_path_stay_and_what_it_removed_comes_back(monke
     later (fp16's float16 converter after an earlier job's fusion): undoing the addition broke that."""
     import sys
 
-    from engine.serve import _State
+    from engine.execute.serve import _State
 
     monkeypatch.setattr(sys, "path", ["/a", "/b"])
     state = _State()
@@ -225,7 +225,7 @@ def test_a_job_takes_a_worker_that_has_imported_the_run_s_libraries_over_the_las
 
 
 def test_without_workers_given_as_many_jobs_run_as_cores_at_most_four(monkeypatch):
-    from engine import prestart
+    from engine.execute import prestart
 
     for cores, expected in ((1, 1), (2, 2), (16, 4)):
         monkeypatch.setattr(prestart, "usable_cores", lambda cores=cores: cores)
@@ -233,7 +233,7 @@ def test_without_workers_given_as_many_jobs_run_as_cores_at_most_four(monkeypatc
 
 
 def test_workers_started_before_the_workflow_is_read_are_adopted_or_ended(tmp_path):
-    from engine.prestart import prestarted
+    from engine.execute.prestart import prestarted
 
     store = Store(tmp_path / "store").ensure()
     with prestarted(2):
@@ -245,7 +245,7 @@ def test_workers_started_before_the_workflow_is_read_are_adopted_or_ended(tmp_pa
     finally:
         executor.close()
     with prestarted(2):
-        from engine import prestart
+        from engine.execute import prestart
 
         left = prestart._prestarted
         assert left is not None and len(left._all) == 2
@@ -258,7 +258,7 @@ def test_dotted_modules_are_preloaded_without_importing_their_package_here():
     import sys
 
     code = (
-        "import sys; from engine.pool import preload_modules; "
+        "import sys; from engine.execute.pool import preload_modules; "
         "print(preload_modules(['transformers.modeling_utils', 'no_such_package.sub', 'onnx'])); print('transformers' in sys.modules)"
     )
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
@@ -269,7 +269,7 @@ def test_dotted_modules_are_preloaded_without_importing_their_package_here():
 def test_by_default_no_more_jobs_run_than_the_memory_holds_for_the_input_model(monkeypatch):
     import psutil
 
-    from engine import executor as executor_module
+    from engine.execute import executor as executor_module
 
     class Memory:
         available = 24 * 2**30

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from engine.hooks import EventLog
-from engine.jobs import PassSpec
-from engine.progress import LiveProgress
-from engine.report import Progress
+from engine.execute.hooks import EventLog
+from engine.plan.jobs import PassSpec
+from engine.report.progress import LiveProgress
+from engine.report.report import Progress
 
 
 class Clock:
@@ -74,10 +74,10 @@ def test_live_progress_shows_counts_eta_running_job_and_best_so_far():
 
 
 def test_line_mode_and_events_are_unchanged_by_the_new_hook(tmp_path, monkeypatch):
-    import engine.report
+    import engine.report.report
 
     buffer = io.StringIO()
-    monkeypatch.setattr(engine.report, "console", Console(file=buffer, width=180, highlight=False, color_system=None))
+    monkeypatch.setattr(engine.report.report, "console", Console(file=buffer, width=180, highlight=False, color_system=None))
     lines = Progress(quiet=False)
     lines.target_started("cpu", 3)
     lines.job_started(_job("int8 a"))
@@ -93,9 +93,9 @@ def test_line_mode_and_events_are_unchanged_by_the_new_hook(tmp_path, monkeypatc
 def test_a_run_announces_each_target_with_the_candidates_it_processes(tmp_path, tiny_onnx):
     from engine_helpers import tiny_workflow, write_workflow
 
-    from engine.hooks import Hooks
+    from engine.execute.hooks import Hooks
     from engine.run import run_workflow
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     class Record(Hooks):
@@ -158,9 +158,9 @@ def test_a_run_announces_each_target_with_the_candidates_it_processes(tmp_path, 
 def test_the_announced_total_is_what_the_search_processes(tmp_path, tiny_onnx, steps, target):
     from engine_helpers import tiny_workflow, write_workflow
 
-    from engine.hooks import Hooks
+    from engine.execute.hooks import Hooks
     from engine.run import run_workflow
-    from engine.store import Store
+    from engine.store.store import Store
     from engine.workflow import load_workflow
 
     class Record(Hooks):

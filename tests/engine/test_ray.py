@@ -10,7 +10,7 @@ from engine_helpers import tiny_workflow, write_workflow
 
 from engine import registry
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 ray = pytest.importorskip("ray")
@@ -37,7 +37,7 @@ def local_cluster():
 
 
 def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onnx, local_cluster):
-    from engine.ray_executor import RayExecutor
+    from engine.execute.ray_executor import RayExecutor
 
     workflow = tiny_workflow(tiny_onnx)
     workflow["targets"][0]["resources"] = {"CPU": 1}
@@ -53,7 +53,7 @@ def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onn
 
 
 def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(tmp_path, tiny_onnx, local_cluster):
-    from engine.ray_executor import RayExecutor
+    from engine.execute.ray_executor import RayExecutor
 
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     # two paths from the input, one sleeping pass each: the cluster (2 CPUs) runs both at once
@@ -71,7 +71,7 @@ def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(t
 
 
 def test_ray_workers_stay_warm_between_jobs_and_a_crash_stays_in_its_worker(tmp_path, tiny_onnx, local_cluster):
-    from engine.ray_executor import RayExecutor
+    from engine.execute.ray_executor import RayExecutor
 
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     chain = [{"id": f"p{i}", "pass": "pid", "config": {"tag": f"p{i}"}, **({"after": f"p{i - 1}"} if i else {})} for i in range(5)]

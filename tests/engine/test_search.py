@@ -12,9 +12,9 @@ import pytest
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 

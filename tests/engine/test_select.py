@@ -11,9 +11,9 @@ import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
 from engine.core.artifact import ModelArtifact
-from engine.planner import Candidate
-from engine.results import CandidateResult
-from engine.select import select
+from engine.plan.planner import Candidate
+from engine.select.results import CandidateResult
+from engine.select.select import select
 from engine.workflow import load_workflow
 
 
@@ -159,7 +159,7 @@ def test_intervals_are_kept_on_every_measured_metric(tmp_path, tiny_onnx, ref) -
 
 
 def test_samplers_are_told_the_reference_anchored_time_not_a_busy_minutes_milliseconds(tmp_path, tiny_onnx, ref) -> None:
-    from engine.search import objective_value
+    from engine.search.search import objective_value
 
     resolved = resolved_with(tmp_path, tiny_onnx)
     ref.metrics["latency.p50_ms"] = 20.0

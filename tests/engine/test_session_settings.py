@@ -9,12 +9,12 @@ import sys
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine import runner as runner_module
+from engine.execute import runner as runner_module
 from engine.core.errors import InputError
-from engine.emit import write_outputs
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
+from engine.report.emit import write_outputs
 from engine.run import run_workflow
-from engine.store import Store
+from engine.store.store import Store
 from engine.workflow import load_workflow
 
 

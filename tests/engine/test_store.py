@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from engine.core.hashing import sha256_json
-from engine.store import Store, write_json_atomic
+from engine.store.store import Store, write_json_atomic
 
 
 def keyed(kind: str, **fields):
@@ -156,7 +156,7 @@ def test_publishing_over_a_damaged_object_replaces_it(tmp_path):
 
 def _verify(store: Store, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine.cli", "verify", "--store", str(store.root), *extra], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "engine.cli.main", "verify", "--store", str(store.root), *extra], capture_output=True, text=True, timeout=60
     )
 
 

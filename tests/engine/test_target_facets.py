@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine import keys
 from engine.core import Pass
 from engine.core.target import Availability
-from engine.planner import Plan, build_plan
+from engine.plan import keys
+from engine.plan.planner import Plan, build_plan
 from engine.workflow import load_workflow
 from passes.graph.ort_fusion import OrtFusion
 from passes.graph.ort_graph_optimize import OrtGraphOptimize

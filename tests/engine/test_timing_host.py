@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import keys
+from engine.plan import keys
 from evaluators.latency import Latency
 
 FAKE_SMI = """#!/bin/sh

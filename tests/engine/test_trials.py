@@ -9,7 +9,7 @@ import time
 import optuna
 import pytest
 
-from engine.trials import OWNER_ATTR, Heartbeat, abandoned, history_length, open_study, owner, reclaim_stale
+from engine.search.trials import OWNER_ATTR, Heartbeat, abandoned, history_length, open_study, owner, reclaim_stale
 
 # these tests ask the study directly, as the engine does (it silences the same warning there)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
@@ -44,7 +44,7 @@ def test_a_live_runs_trial_is_left_alone_and_a_dead_runs_is_abandoned(study):
 
 def test_concurrent_runs_create_one_study(tmp_path):
     code = (
-        "import optuna, sys; from pathlib import Path; from engine.trials import open_study; "
+        "import optuna, sys; from pathlib import Path; from engine.search.trials import open_study; "
         f"s = open_study(optuna, 'sqlite:///{tmp_path / 'search.db'}', 'shared', 'minimize', Path('{tmp_path / 'search.lock'}')); "
         "print(s._study_id)"
     )

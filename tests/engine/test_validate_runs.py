@@ -13,7 +13,7 @@ import yaml
 from engine_helpers import engine_cmd, tiny_workflow, write_workflow
 
 from engine.core.errors import InputError
-from engine.planner import build_plan
+from engine.plan.planner import build_plan
 from engine.workflow import load_workflow
 
 

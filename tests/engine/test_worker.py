@@ -41,7 +41,12 @@ def test_a_worker_dies_at_its_own_deadline(tmp_path, tiny_onnx, test_plugins):
     env = {**os.environ, "KILN_DEADLINE": repr(time.time() + 2), "KILN_PARENT_PID": str(os.getpid())}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "engine.worker", job_file], env=env, capture_output=True, text=True, timeout=40, start_new_session=True
+        [sys.executable, "-m", "engine.execute.worker", job_file],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=40,
+        start_new_session=True,
     )
     assert time.perf_counter() - started < 30
     assert done.returncode in (-signal.SIGKILL, 124)
@@ -59,7 +64,7 @@ def _sleeping_workers(engine: psutil.Process) -> list[psutil.Process]:
     for child in children:
         try:
             cmdline = child.cmdline()
-            if "engine.worker" in cmdline and json.loads(open(cmdline[-1]).read())["plugin"] == "sleep":
+            if "engine.execute.worker" in cmdline and json.loads(open(cmdline[-1]).read())["plugin"] == "sleep":
                 found.append(child)
         except (psutil.NoSuchProcess, OSError, ValueError, KeyError):
             continue
@@ -92,8 +97,8 @@ def test_a_worker_dies_with_a_killed_engine(tmp_path, tiny_onnx, test_plugins):
 
 
 def test_a_workers_target_gets_a_cache_folder_in_the_store(tmp_path):
-    from engine.jobs import TargetRef, WorkOrder
-    from engine.worker import _target
+    from engine.execute.worker import _target
+    from engine.plan.jobs import TargetRef, WorkOrder
 
     ref = TargetRef(runtime="onnxruntime", config={"id": "cpu", "runtime": "onnxruntime"})
     job = WorkOrder(kind="eval", key="k", key_doc={}, plugin="latency", config={}, target=ref, store=str(tmp_path))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_latency_compare import build_heavy_model
 
-from engine import keys
 from engine.core.evaluator import EvalContext
+from engine.plan import keys
 from evaluators.latency import Latency
 from targets.onnxruntime import OnnxRuntimeTarget
 

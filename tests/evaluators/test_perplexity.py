@@ -14,7 +14,7 @@ from engine.core.data import Dataset
 from engine.core.errors import EvaluationError
 from engine.core.stats import bootstrap
 from engine.registry import load
-from engine.select import violations
+from engine.select.select import violations
 from engine.workflow.schema import Constraint
 from evaluators.perplexity import Perplexity
 

@@ -143,7 +143,7 @@ def test_validation_follows_the_genai_format_through_a_pass_that_keeps_it(llama:
 def test_the_planner_follows_the_kept_format_to_the_target(llama: ModelArtifact, tmp_path: Path) -> None:
     import yaml
 
-    from engine.planner import build_plan
+    from engine.plan.planner import build_plan
     from engine.workflow import load_workflow
 
     workflow = _workflow(llama.path, {"pass": "int4_weights"})

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from engine.core.config import EnvironmentSpec, library_versions
 from engine.core.errors import KilnError
-from engine.emit import lock_document
-from engine.environments import ensure, existing, prepare
-from engine.results import RunReport
+from engine.execute.environments import ensure, existing, prepare
+from engine.report.emit import lock_document
 from engine.run import run_workflow
-from engine.store import Store
+from engine.select.results import RunReport
+from engine.store.store import Store
 from engine.workflow import load_workflow
 from passes.quantize._inc import INC_ENVIRONMENT, INC_REQUIREMENTS
 from passes.quantize.inc_quantize import IncQuantize
@@ -132,7 +132,7 @@ def test_the_passes_declare_their_pinned_environment(tmp_path, digits_cnn, monke
 
 def test_the_environment_shadows_numpy_and_onnx_and_keeps_kiln_importable(inc_env):
     code = (
-        "import json, numpy, onnx, onnxruntime, engine.worker, evaluators.accuracy, evaluators.fidelity, targets.onnxruntime;"
+        "import json, numpy, onnx, onnxruntime, engine.execute.worker, evaluators.accuracy, evaluators.fidelity, targets.onnxruntime;"
         "import passes.quantize.inc_quantize, passes.quantize.inc_quantize_accuracy;"
         "from engine.conformance import tiny_onnx_model; import pathlib, tempfile;"
         "path = tiny_onnx_model(pathlib.Path(tempfile.mkdtemp()));"

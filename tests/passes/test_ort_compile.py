@@ -3,7 +3,7 @@
 Stock onnxruntime (this environment) has no provider that compiles: here the pass must refuse
 clearly. The real compilation runs with the OpenVINO EP of the onnxruntime-openvino wheel, which
 replaces the onnxruntime module and so lives in a virtual environment of its own, built once per
-test session by engine.environments (tests/conftest.py); the checks run in a subprocess with that environment's Python (Kiln and this
+test session by engine.execute.environments (tests/conftest.py); the checks run in a subprocess with that environment's Python (Kiln and this
 environment's packages importable there through a .pth file).
 """
 
@@ -95,7 +95,7 @@ def test_is_target_dependent() -> None:
 @pytest.fixture(scope="session")
 def openvino_python(ov_ep_env: Path) -> Path:
     """Python of Kiln's isolated environment with onnxruntime-openvino (tests/conftest.py builds it
-    once per session with engine.environments, as `engine run` does for a target that declares it)."""
+    once per session with engine.execute.environments, as `engine run` does for a target that declares it)."""
     return ov_ep_env
 
 

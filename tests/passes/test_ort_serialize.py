@@ -133,7 +133,7 @@ def _workflow(tmp_path: Path) -> Path:
 
 
 def test_the_planner_gives_a_basic_job_no_target_and_an_all_job_its_target(tmp_path: Path) -> None:
-    from engine.planner import build_plan
+    from engine.plan.planner import build_plan
     from engine.workflow import load_workflow
 
     plan = build_plan(load_workflow(_workflow(tmp_path)))

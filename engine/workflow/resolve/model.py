@@ -63,13 +63,13 @@ class Step:
     filled: dict[str, str] = field(default_factory=dict)
     #: ``config`` as the pass's ``Config`` instance (``config`` is its JSON, what keys hash)
     typed_config: StrictConfig | None = None
-    #: the virtual environment its pass runs in (engine.environments), if any
+    #: the virtual environment its pass runs in (engine.execute.environments), if any
     environment: EnvironmentSpec | None = None
 
 
 @dataclass(frozen=True)
 class BuiltEnvironment:
-    """A built virtual environment jobs run in (made by engine.environments)."""
+    """A built virtual environment jobs run in (made by engine.execute.environments)."""
 
     key: str
     requirements: tuple[str, ...]
@@ -81,7 +81,7 @@ class BuiltEnvironment:
     def library_versions(self, names: tuple[str, ...] | list[str]) -> dict[str, str | None]:
         """Versions of ``names`` as a job there sees them: the environment's own, else the main
         environment's (it stays importable behind the environment's packages)."""
-        from packaging.utils import canonicalize_name  # PEP 503, as the frozen list's names are (engine.environments)
+        from packaging.utils import canonicalize_name  # PEP 503, as the frozen list's names are (engine.execute.environments)
 
         own = dict(self.versions)
         main = library_versions([n for n in names if canonicalize_name(n) not in own])
@@ -169,7 +169,7 @@ class ResolvedWorkflow:
     targets: dict[str, TargetEntry]
     evaluators: dict[str, EvaluatorEntry]
     datasets: dict[str, DataEntry]
-    #: the environments built for its targets and steps, by key (engine.environments.prepare)
+    #: the environments built for its targets and steps, by key (engine.execute.environments.prepare)
     environments: dict[str, BuiltEnvironment] = field(default_factory=dict)
 
     @property

@@ -89,7 +89,7 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
     owner = f"target '{config.id}' ({cls.runtime})"
     search = resolve_target_search(cls, config.model_dump(mode="json"), raw_search, source, where, owner, problems)
     instance = cls(config)
-    if config.environment is not None:  # checked inside the environment (engine.environments.prepare)
+    if config.environment is not None:  # checked inside the environment (engine.execute.environments.prepare)
         return TargetEntry(
             id=config.id,
             cls=cls,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import records
 from engine.core import FORMATS, ModelArtifact, Pass, PassContext, PassResult, register_format
 from engine.core.hashing import sha256_json
+from engine.store import records
 
 
 @pytest.fixture

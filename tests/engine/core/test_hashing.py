@@ -12,7 +12,7 @@ import pytest
 
 from engine.core.artifact import ModelArtifact
 from engine.core.hashing import SCHEME, canonical_json, digest_tree, manifest, sha256_json
-from engine.keys import pass_key
+from engine.plan.keys import pass_key
 
 
 def test_canonical_json_sorts_keys_and_drops_whitespace():

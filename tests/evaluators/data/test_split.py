@@ -153,9 +153,9 @@ def test_reserved_input_names_cannot_be_saved(tmp_path: Path) -> None:
 
 
 def test_the_worker_applies_the_split_after_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.jobs import WorkOrder
-    from engine.store import Store
-    from engine.worker import run_dataset
+    from engine.execute.worker import run_dataset
+    from engine.plan.jobs import WorkOrder
+    from engine.store.store import Store
 
     monkeypatch.chdir(tmp_path)  # the worker changes directory; this puts it back afterwards
 
@@ -181,8 +181,8 @@ def test_the_worker_applies_the_split_after_loading(tmp_path: Path, monkeypatch:
 
 
 def test_the_worker_splits_signature_sources_too() -> None:
-    from engine.jobs import DatasetInput, WorkOrder
-    from engine.worker import _dataset_loaders
+    from engine.execute.worker import _dataset_loaders
+    from engine.plan.jobs import DatasetInput, WorkOrder
 
     spec = DatasetInput(source="synthetic", config={"source": "synthetic", "samples": 10, "split": {"take": "last", "count": 4}})
     order = WorkOrder(kind="eval", key="k" * 64, key_doc={}, plugin="fidelity", config={}, datasets={"s": spec})

@@ -1,0 +1,77 @@
+"""The evaluation policy: which of the workflow's evaluations a candidate gets, in what order,
+and when measuring it stops early. Measuring one evaluation is the runner's business."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from engine import registry
+from engine.core.artifact import ModelArtifact
+from engine.execute.datasets import Datasets
+from engine.plan.jobs import EvalSpec
+from engine.select.results import CandidateResult, CandidateState
+from engine.select.select import cheap_violations
+from engine.workflow.resolve import ResolvedWorkflow
+
+#: measure one evaluation of the candidate (against the reference model, when it has one): its
+#: record, or None and why it failed
+Measure = Callable[[EvalSpec, ModelArtifact | None], tuple[dict[str, Any] | None, str | None]]
+
+
+#: the evaluation the engine adds where no evaluation of the workflow opens a session (evaluators.load)
+LOAD = "load"
+
+
+def candidate_evaluations(resolved: ResolvedWorkflow) -> list[EvalSpec]:
+    """Cheap figures first; evaluations kept for passes (``candidates: false``) are left out.
+    Where none of them opens the model on the target (size alone), the engine's ``load`` comes
+    last: a candidate its target cannot open fails there and is never chosen."""
+    specs = sorted((EvalSpec.of(e) for e in resolved.evaluators.values() if e.candidates), key=lambda spec: spec.timing)
+    if specs and not any(spec.evaluator_cls.opens_session for spec in specs):
+        cls = registry.load("evaluators", LOAD)
+        name = LOAD if LOAD not in resolved.evaluators else f"{LOAD}_check"
+        specs.append(EvalSpec(id=name, plugin=LOAD, evaluator_cls=cls, config={}, timeout_s=cls.default_timeout_s))
+    return specs
+
+
+def evaluate(
+    resolved: ResolvedWorkflow,
+    specs: list[EvalSpec],
+    result: CandidateResult,
+    reference: CandidateResult | None,  # the target's reference candidate
+    datasets: Datasets,
+    measure: Measure,
+    reference_model: ModelArtifact | None = None,  # the reference's model, made but not measured (search.reference: false)
+) -> None:
+    """Measure ``result``'s model with ``specs`` in order. Timing is skipped once a cheap figure
+    already breaks a constraint (unless the search times infeasible candidates too); the first
+    evaluation that cannot run or fails ends the candidate as failed."""
+    if result.candidate.reference:
+        reference_model = None
+    elif reference is not None and reference.state == "complete":
+        reference_model = reference.model
+    for spec in specs:
+        if spec.timing and not resolved.spec.search.time_infeasible:
+            broken = cheap_violations(resolved, result, reference)
+            if broken:
+                result.untimed, result.violations = True, broken
+                break
+        why = _cannot_run(spec, result, reference_model, datasets)
+        if why is None:
+            record, error = measure(spec, reference_model)
+            why = None if record is not None else f"evaluation {spec.id} failed: {error}"
+        if why is not None:
+            result.state, result.reason = CandidateState.FAILED, why
+            return
+        assert record is not None
+        result.metrics.update({f"{spec.id}.{name}": value for name, value in record["values"].items()})
+        result.samples.update({f"{spec.id}.{name}": sample for name, sample in (record.get("samples") or {}).items()})
+        result.details[spec.id] = record.get("details") or {}
+    result.state = CandidateState.COMPLETE
+
+
+def _cannot_run(spec: EvalSpec, result: CandidateResult, reference: ModelArtifact | None, datasets: Datasets) -> str | None:
+    if spec.needs_reference and reference is None and not result.candidate.reference:
+        return f"{spec.id} needs the reference model of {result.candidate.target}, which failed"
+    return datasets.unreadable(spec.datasets)

@@ -1,0 +1,398 @@
+"""Selection, per target: constraints filter, the objective ranks, ties are broken by a declared
+rule, the Pareto front is marked.
+
+A choice has to survive noise. Metrics measured on samples (fidelity per sentence, accuracy per
+image, speedup per timing round) get a bootstrap interval at the workflow's confidence, and:
+
+- a constraint is judged on the pessimistic bound (a `min` on the lower bound, a `max` on the
+  upper one, a drop from the reference on its upper bound, paired sample by sample when both
+  models were scored on the same samples), so a model that clears a bar only by the luck of a
+  small dataset is not shipped;
+- a timing objective is ranked through its paired figure (latency's ``speedup``: the reference's
+  time over the candidate's, measured round by round in one worker), so a busy minute does not
+  decide between candidates timed minutes apart;
+- candidates whose objective intervals overlap the best one's cannot be told apart, and those
+  within ``select.tie_within`` of it (default 5%) are not worth acting on, since runs minutes
+  apart or under another load move a ratio by that much: they are tied, and the tie is broken by
+  ``select.tie_break`` (default: the larger constraint margin,
+  then the smaller model, then fewer passes), which is deterministic — a re-run, a resumed run
+  and a run on a busy machine choose the same model whenever the measurements cannot separate
+  the contenders. Every complete candidate gets a verdict saying why it won or lost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.core.stats import Interval, bootstrap, paired_difference
+from engine.select.results import CandidateResult
+from engine.text.display import against, bound, number
+from engine.workflow.resolve import ResolvedWorkflow
+from engine.workflow.schema import Constraint, TieBreak
+
+#: the bootstrap's seed: the same samples always give the same interval
+SEED = 0
+
+
+def _fmt(value: float) -> str:
+    return number(value)
+
+
+def _bound_text(interval: Interval | None, side: str, limit: float) -> str:
+    """The interval's pessimistic bound, written so that it visibly falls on its side of ``limit``."""
+    if interval is None or interval.low == interval.high:
+        return ""
+    edge = interval.low if side == "low" else interval.high
+    return f" ({'lower' if side == 'low' else 'upper'} {interval.confidence:.0%} bound {against(edge, limit)})"
+
+
+def violations(
+    constraint: Constraint,
+    value: float | None,
+    reference: float | None,
+    interval: Interval | None = None,
+    drop: Interval | None = None,
+) -> list[str]:
+    """What ``value`` breaks of ``constraint`` (empty when it holds). With an ``interval`` the
+    pessimistic bound is judged; ``drop`` is the interval of (reference - value) when the two
+    were measured on the same samples."""
+    name = constraint.metric
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return [f"{name} was not measured"]
+    low = interval.low if interval is not None else value
+    high = interval.high if interval is not None else value
+    broken = []
+    if constraint.min is not None and low < constraint.min:
+        broken.append(
+            f"{name} = {against(value, constraint.min)}{_bound_text(interval, 'low', constraint.min)} < min {bound(constraint.min)}"
+        )
+    if constraint.max is not None and high > constraint.max:
+        broken.append(
+            f"{name} = {against(value, constraint.max)}{_bound_text(interval, 'high', constraint.max)} > max {bound(constraint.max)}"
+        )
+    if constraint.max_drop is not None or constraint.max_drop_ratio is not None:
+        if reference is None:
+            broken.append(f"{name}: no reference value to measure a drop against")
+        else:
+            point_drop = reference - value
+            worst = drop.high if drop is not None else reference - low
+            worse = interval is not None and worst != point_drop
+            if constraint.max_drop is not None and worst > constraint.max_drop:
+                limit = constraint.max_drop
+                edge = f" (upper {interval.confidence:.0%} bound {against(worst, limit)})" if interval is not None and worse else ""
+                broken.append(
+                    f"{name} dropped {against(point_drop, limit)}{edge} from the reference's {_fmt(reference)} (max drop {bound(limit)})"
+                )
+            if constraint.max_drop_ratio is not None and reference != 0 and worst / abs(reference) > constraint.max_drop_ratio:
+                ratio = constraint.max_drop_ratio
+                edge = (
+                    f" (upper {interval.confidence:.0%} bound {against(worst / abs(reference), ratio, percent=True)})"
+                    if interval is not None and worse
+                    else ""
+                )
+                broken.append(
+                    f"{name} dropped {against(point_drop / abs(reference), ratio, percent=True)}{edge} "
+                    f"from the reference's {_fmt(reference)} (max {bound(ratio * 100)}%)"
+                )
+    return broken
+
+
+def interval_of(result: CandidateResult, metric: str, confidence: float | None) -> Interval | None:
+    """The metric's interval from its samples (cached on the result), or None without samples
+    or when the workflow judges point estimates."""
+    if confidence is None or metric not in result.metrics:
+        return None
+    known = result.intervals.get(metric)
+    if known is not None and known.confidence == confidence:
+        return known
+    sample = result.samples.get(metric)
+    if not sample or not sample.get("values"):
+        return None
+    interval = bootstrap(sample["values"], sample.get("statistic", "mean"), confidence, SEED, sample.get("groups"))
+    result.intervals[metric] = interval
+    return interval
+
+
+def judge(resolved: ResolvedWorkflow, constraint: Constraint, result: CandidateResult, reference: CandidateResult | None) -> list[str]:
+    """``violations`` of one constraint, judged on the candidate's interval at the workflow's confidence."""
+    confidence = resolved.spec.select.confidence
+    metric = constraint.metric
+    ref_metrics = reference.metrics if reference is not None and reference.state == "complete" else {}
+    drop = None
+    if confidence is not None and reference is result:
+        # the reference against itself: the drop is exactly 0, whatever its own uncertainty (judging
+        # its lower bound against its point estimate made a reference fail a max_drop constraint)
+        drop = Interval(0.0, 0.0, 0.0, confidence)
+    elif confidence is not None and reference is not None:
+        mine, theirs = result.samples.get(metric), reference.samples.get(metric)
+        if mine and theirs and mine.get("statistic") == theirs.get("statistic") == "mean" and len(mine["values"]) == len(theirs["values"]):
+            drop = paired_difference(theirs["values"], mine["values"], confidence, SEED)
+    return violations(constraint, result.metrics.get(metric), ref_metrics.get(metric), interval_of(result, metric, confidence), drop)
+
+
+def cheap_violations(resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None) -> list[str]:
+    """Constraints already broken by the figures measured so far (the cheap ones: fidelity,
+    accuracy, size), so the candidate need not be timed."""
+    if result.candidate.reference:
+        return []
+    broken = []
+    for constraint in resolved.spec.select.constraints:
+        if constraint.metric in result.metrics:
+            broken.extend(judge(resolved, constraint, result, reference))
+    return broken
+
+
+def slack(constraint: Constraint, value: float, reference: float | None) -> float:
+    """How far ``value`` is past the constraint's bound (<= 0: the constraint holds), as optuna's
+    constrained samplers want it."""
+    worst = float("-inf")
+    if constraint.min is not None:
+        worst = max(worst, constraint.min - value)
+    if constraint.max is not None:
+        worst = max(worst, value - constraint.max)
+    if reference is not None and constraint.max_drop is not None:
+        worst = max(worst, (reference - value) - constraint.max_drop)
+    if reference not in (None, 0) and constraint.max_drop_ratio is not None:
+        assert reference is not None
+        worst = max(worst, (reference - value) / abs(reference) - constraint.max_drop_ratio)
+    return worst if worst != float("-inf") else 0.0
+
+
+def _directions(resolved: ResolvedWorkflow) -> dict[str, int]:
+    """+1: higher is better, -1: lower is better, for the objective and the constrained metrics."""
+    select = resolved.spec.select
+    directions = {select.primary.metric: 1 if select.primary.goal == "max" else -1}
+    for constraint in select.constraints:
+        if constraint.metric in directions:
+            continue
+        directions[constraint.metric] = _constraint_direction(constraint)
+    return directions
+
+
+def _constraint_direction(constraint: Constraint) -> int:
+    lower_bound = constraint.min is not None or constraint.max_drop is not None or constraint.max_drop_ratio is not None
+    return 1 if lower_bound else -1
+
+
+def _dominates(a: CandidateResult, b: CandidateResult, directions: dict[str, int]) -> bool:
+    better = False
+    for metric, sign in directions.items():
+        x, y = a.metrics[metric] * sign, b.metrics[metric] * sign
+        if x < y:
+            return False
+        better |= x > y
+    return better
+
+
+def paired_metric(resolved: ResolvedWorkflow, metric: str) -> str | None:
+    """The paired figure its evaluator measures for ``metric`` (``latency.p50_ms`` →
+    ``latency.speedup``), or None."""
+    eval_id, _, name = metric.partition(".")
+    entry = resolved.evaluators.get(eval_id)
+    paired = entry.cls.paired_metrics.get(name) if entry is not None else None
+    return f"{eval_id}.{paired}" if paired else None
+
+
+def ranking_metric(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> tuple[str, int]:
+    """What ranks the candidates: the objective, or its paired figure when the objective's
+    evaluator measured one for every candidate (latency's p50_ms → speedup). Returns the metric
+    and +1 (higher is better) or -1."""
+    objective = resolved.spec.select.primary
+    paired = paired_metric(resolved, objective.metric)
+    if paired and results and all(paired in r.metrics for r in results):
+        return paired, 1
+    return objective.metric, 1 if objective.goal == "max" else -1
+
+
+def model_bytes(result: CandidateResult) -> int:
+    """The size of the candidate's model files."""
+    return 0 if result.model is None else path_bytes(Path(result.model.path))
+
+
+def path_bytes(path: Path) -> int:
+    """The size of a file, or of every file in a folder."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
+#: a tie-break rule as (description, key: larger is preferred, value shown in the verdict)
+_Rule = tuple[str, Callable[[CandidateResult], float], Callable[[CandidateResult], str]]
+
+
+def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
+    rules: list[_Rule] = []
+    for entry in resolved.spec.select.tie_break:
+        if entry == "constraints":
+            for constraint in resolved.spec.select.constraints:
+                sign = _constraint_direction(constraint)
+                metric = constraint.metric
+                rules.append(
+                    (
+                        f"{'higher' if sign > 0 else 'lower'} {metric}",
+                        lambda r, m=metric, s=sign: s * r.metrics.get(m, -s * math.inf),
+                        lambda r, m=metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
+                    )
+                )
+        elif entry == "size":
+            rules.append(("smaller model", lambda r: -model_bytes(r), lambda r: f"{model_bytes(r) / 1e6:.2f} MB"))
+        elif entry == "passes":
+            rules.append(("fewer passes", lambda r: -len(r.candidate.jobs), lambda r: f"{len(r.candidate.jobs)} passes"))
+        elif isinstance(entry, TieBreak):
+            sign = 1 if entry.goal == "max" else -1
+            rules.append(
+                (
+                    f"{'higher' if sign > 0 else 'lower'} {entry.metric}",
+                    lambda r, m=entry.metric, s=sign: s * r.metrics.get(m, -s * math.inf),
+                    lambda r, m=entry.metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
+                )
+            )
+    return rules
+
+
+def _describe(result: CandidateResult | None, metric: str, interval: Interval, other: float | None = None) -> str:
+    """``#3 latency.speedup 1.52 [1.47, 1.58]`` (without the candidate's number when ``result`` is None);
+    given ``other`` (the figure it is compared with), the estimate has the digits that tell them apart."""
+    estimate = _fmt(interval.estimate) if other is None or other == interval.estimate else against(interval.estimate, other)
+    figure = f"{metric} {estimate}"
+    if interval.low != interval.high:
+        figure += f" [{_fmt(interval.low)}, {_fmt(interval.high)}]"
+    return figure if result is None else f"#{result.candidate.id.split('/')[-1]} {figure}"
+
+
+def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[_Rule] = ()) -> None:
+    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all;
+    ``first``: tie-break rules before the workflow's (the further objectives of a front)."""
+    metric, sign = ranking_metric(resolved, feasible)
+    confidence = resolved.spec.select.confidence
+
+    def estimate(r: CandidateResult) -> Interval:
+        value = r.metrics[metric]
+        return interval_of(r, metric, confidence) or Interval(value, value, value, confidence or 1.0)
+
+    intervals = {r.candidate.id: estimate(r) for r in feasible}
+    # the best point estimate; the reference first among equals, then the workflow's order
+    best = max(feasible, key=lambda r: (sign * intervals[r.candidate.id].estimate, r.candidate.reference, -order[r.candidate.id]))
+    # the margin is for timings, which runs minutes apart or under another load move; a
+    # quality objective measured on the same samples every time is judged on its interval
+    entry = resolved.evaluators.get(metric.partition(".")[0])
+    margin = resolved.spec.select.tie_within if entry is not None and entry.cls.timing else 0.0
+    best_value = intervals[best.candidate.id].estimate
+
+    def tied_with_best(r: CandidateResult) -> bool:
+        mine = intervals[r.candidate.id]
+        if confidence and mine.overlaps(intervals[best.candidate.id]):
+            return True
+        # within the practical margin: a difference a re-run could undo is not acted on
+        return best_value != 0 and abs(mine.estimate - best_value) <= margin * abs(best_value)
+
+    tied = [r for r in feasible if tied_with_best(r)]
+    rules = [*first, *_rules(resolved)]
+
+    def preference(r: CandidateResult) -> tuple[float, ...]:
+        return (*(key(r) for _, key, _ in rules), -order[r.candidate.id])
+
+    ranked = sorted(tied, key=preference, reverse=True)
+    ranked[0].chosen = True
+    ranked[0].tied_with = [r.candidate.id for r in ranked[1:]]
+    _write_verdicts(feasible, ranked, intervals, metric, sign, margin, rules)
+
+
+def _write_verdicts(
+    feasible: list[CandidateResult],
+    ranked: list[CandidateResult],
+    intervals: dict[str, Interval],
+    metric: str,
+    sign: float,
+    margin: float,
+    rules: list[_Rule],
+) -> None:
+    """Why the chosen one (``ranked[0]``; ``ranked`` are those tied with the best) won, and why
+    every other feasible candidate lost."""
+    chosen, tied = ranked[0], ranked
+    mine = intervals[chosen.candidate.id]
+    label = f"#{chosen.candidate.id.split('/')[-1]}"
+    if len(feasible) == 1:
+        chosen.verdict = "the only candidate that met the constraints"
+    elif len(ranked) == 1:
+        runner_up = max((r for r in feasible if r is not chosen), key=lambda r: sign * intervals[r.candidate.id].estimate)
+        second = intervals[runner_up.candidate.id]
+        chosen.verdict = (
+            f"best {_describe(None, metric, mine, second.estimate)}, clear of the next best "
+            f"({_describe(runner_up, metric, second, mine.estimate)})"
+        )
+    else:
+        others = ", ".join(_describe(r, metric, intervals[r.candidate.id]) for r in ranked[1:])
+        why = _decider(rules, chosen, ranked[1])
+        chosen.verdict = (
+            f"tied within noise or {margin:.0%} ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+            if margin
+            else f"tied within noise ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
+        )
+    for result in feasible:
+        if result is chosen:
+            continue
+        if result in tied:
+            within = f"within noise or {margin:.0%}" if margin else "within noise"
+            result.verdict = f"tied with the chosen {label} ({within}); lost on {_decider(rules, chosen, result)}"
+        else:
+            worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
+            theirs = intervals[result.candidate.id]
+            result.verdict = (
+                f"{worse} than the chosen {label} ({metric} {against(mine.estimate, theirs.estimate)}): "
+                f"{_describe(result, metric, theirs, mine.estimate)}, outside its interval"
+                + (f" and more than {margin:.0%} behind" if margin else "")
+            )
+
+
+def _decider(rules: list[_Rule], winner: CandidateResult, loser: CandidateResult) -> str:
+    """The first tie-break rule that separates ``winner`` from ``loser``, with both values."""
+    for description, key, show in rules:
+        if key(winner) != key(loser):
+            return f"{description} ({show(winner)} vs {show(loser)})"
+    return "its place in the workflow's candidate order (no tie-break rule separated them)"
+
+
+def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:
+    """Mark feasibility, the chosen candidate and the Pareto front of each target, in place
+    (with several objectives, only feasibility: engine.select.front.select_all does the rest)."""
+    spec = resolved.spec.select
+    directions = _directions(resolved)
+    order = {r.candidate.id: i for i, r in enumerate(results)}
+    for target in resolved.targets:
+        mine = [r for r in results if r.candidate.target == target]
+        reference = next((r for r in mine if r.candidate.reference and r.state == "complete"), None)
+        complete = [r for r in mine if r.state == "complete"]
+        for result in complete:
+            for metric in result.samples:
+                interval_of(result, metric, spec.confidence)
+            if not result.untimed:  # an untimed candidate keeps the violations that stopped it
+                result.violations = [broken for constraint in spec.constraints for broken in judge(resolved, constraint, result, reference)]
+            result.feasible = not result.violations
+        feasible = [r for r in complete if r.feasible and spec.primary.metric in r.metrics]
+        if len(spec.objectives) > 1:
+            continue  # the front and the choice: engine.select.front
+        if feasible:
+            _choose(resolved, feasible, order)
+        measured = [r for r in complete if all(m in r.metrics for m in directions)]
+        for result in measured:
+            result.pareto = not any(_dominates(other, result, directions) for other in measured if other is not result)
+
+
+def intervals_json(result: CandidateResult) -> dict[str, Any]:
+    return {metric: interval.to_json() for metric, interval in sorted(result.intervals.items())}
+
+
+def under_load(result: CandidateResult) -> dict[str, Any]:
+    """The timing evaluations of ``result`` that kept rounds taken while other processes kept
+    the machine busy: {evaluation id: its noise figures}."""
+    out = {}
+    for eval_id, details in result.details.items():
+        noise = details.get("noise") if isinstance(details, dict) else None
+        if isinstance(noise, dict) and noise.get("loaded"):
+            out[eval_id] = {**noise, "interval_half_width": details.get("interval_half_width")}
+    return out
