@@ -24,6 +24,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "onnx_simplify": "passes.graph.onnx_simplify:OnnxSimplify",
         "ort_graph_optimize": "passes.graph.ort_graph_optimize:OrtGraphOptimize",
         "ort_fusion": "passes.graph.ort_fusion:OrtFusion",
+        "graph_surgery": "passes.graph.graph_surgery:GraphSurgery",
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
         "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
         "int4_weights": "passes.quantize.int4_weights:Int4Weights",
@@ -37,7 +38,10 @@ BUILTIN: dict[str, dict[str, str]] = {
         "ort_serialize": "passes.compile.ort_serialize:OrtSerialize",
         "ort_compile": "passes.compile.ort_compile:OrtCompile",
         "genai_build": "passes.generate.genai_build:GenaiBuild",
+        "rtn": "passes.torch_quant.rtn:Rtn",
+        "gptq": "passes.torch_quant.gptq:Gptq",
         "decoder_export": "passes.generate.decoder_export:DecoderExport",
+        "quarot": "passes.torch_quant.quarot:QuaRot",
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",

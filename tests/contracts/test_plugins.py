@@ -11,6 +11,7 @@ EXAMPLES = {
     "passes:ort_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean", "min": 0.99},
     "passes:inc_quantize": {"mode": "static", "calibration": "calib"},
     "passes:inc_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean"},
+    "passes:gptq": {"calibration": "calib"},
     "datasources:csv": {"source": "csv", "path": "data.csv", "text_column": "text"},
     "datasources:jsonl": {"source": "jsonl", "path": "data.jsonl", "text_column": "text"},
 }

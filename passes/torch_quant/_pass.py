@@ -1,0 +1,137 @@
+"""What the PyTorch weight-quantization passes share: the options of Olive's quantizers (bits,
+group_size, sym, lm_head, modules_to_not_convert, overrides), loading the decoder in float32
+from a Hugging Face folder or a ``torch`` factory, and writing the quantized checkpoint.
+
+The output is a Hugging Face folder (``hf``) in ONNX Runtime GenAI's ``olive`` checkpoint format
+(``passes.torch_quant._checkpoint``): ``genai_build`` with ``precision: int4`` turns it into
+MatMulNBits nodes holding these quantized weights (8-bit modules included: the builder reads each
+module's bits from the checkpoint).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator
+
+from engine.core import ModelArtifact, Pass, PassConfig, PassContext, PassResult, StrictConfig
+from passes.generate._common import hf_input
+from passes.torch_quant._quantize import quantize_linear_layers, write_checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+Bits = Literal[4, 8]
+GroupSize = Literal[-1, 16, 32, 64, 128, 256]
+
+
+class Override(StrictConfig):
+    """Bits, group size or symmetry of the modules a pattern names (unset: the pass's own)."""
+
+    bits: Bits | None = Field(None, description="Bits of these modules' weights.")
+    group_size: GroupSize | None = Field(None, description="Weights per group along the input axis (-1: one group per output row).")
+    sym: bool | None = Field(None, description="Symmetric (no zero points) or not.")
+
+
+class TorchQuantConfig(PassConfig):
+    bits: Bits = Field(4, description="Bits per weight: 4 or 8 (unsigned codes, as Olive and MatMulNBits store them).")
+    group_size: GroupSize = Field(
+        128, description="Weights sharing a scale (and zero point), along the input axis; -1 = one group per output row."
+    )
+    sym: bool = Field(False, description="Symmetric quantization: scales only, zero point 2**(bits-1); false adds a zero point per group.")
+    lm_head: bool = Field(False, description="Quantize the language-model head too (Olive's default: no).")
+    modules_to_not_convert: list[str] = Field(
+        default_factory=list,
+        description="Modules left in float: names matched as substrings (Hugging Face's rule), or 're:<regex>' matched in full.",
+    )
+    overrides: dict[str, Override] = Field(
+        default_factory=dict,
+        description="Per-module bits / group_size / sym: a module name (exact) or 're:<regex>' (full match) -> its settings; the first "
+        "matching pattern wins. Mixed precision, e.g. {'re:.*down_proj': {bits: 8}} or {lm_head: {bits: 8}} with lm_head: true.",
+    )
+
+    @field_validator("overrides")
+    @classmethod
+    def _regexes_compile(cls, overrides: dict[str, Override]) -> dict[str, Override]:
+        import re
+
+        for pattern in overrides:
+            if pattern.startswith("re:"):
+                try:
+                    re.compile(pattern[3:])
+                except re.error as error:
+                    raise ValueError(f"pattern {pattern!r} is not a regular expression: {error}") from None
+        return overrides
+
+    def quantizer_options(self) -> dict[str, Any]:
+        """The options ``quantize_linear_layers`` takes from this config."""
+        return {
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "sym": self.sym,
+            "lm_head": self.lm_head,
+            "modules_to_not_convert": list(self.modules_to_not_convert),
+            "overrides": {pattern: o.model_dump(exclude_none=True) for pattern, o in self.overrides.items()},
+        }
+
+
+def load_decoder(folder: Path) -> tuple[torch.nn.Module, Any]:
+    """The causal LM of a Hugging Face folder in float32, eval mode, and its tokenizer (None when it has none)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError):
+        tokenizer = None
+    return model, tokenizer
+
+
+class TorchQuantPass(Pass):
+    """Base of ``rtn`` and ``gptq``: load, quantize (``method``), write the olive checkpoint."""
+
+    accepts = ("hf", "torch")
+    produces = "hf"
+    libraries = ("torch", "transformers", "safetensors")
+    method: str = "rtn"
+    config: TorchQuantConfig
+
+    def calibration(self, model: torch.nn.Module, tokenizer: Any, ctx: PassContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Extra options of ``quantize_linear_layers`` and details about them (none for RTN)."""
+        return {}, {}
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        import time
+
+        import torch
+
+        source, notes = hf_input(model, ctx, self.name)
+        decoder, tokenizer = load_decoder(source)
+        started = time.perf_counter()
+        extra, details = self.calibration(decoder, tokenizer, ctx)
+        options = self.config.quantizer_options()
+        torch.manual_seed(0)
+        quantized = quantize_linear_layers(decoder, self.method, **options, **extra)  # type: ignore[arg-type]
+        seconds = round(time.perf_counter() - started, 3)
+        out = Path(ctx.output_dir)
+        facts = write_checkpoint(
+            decoder,
+            tokenizer,
+            out,
+            quantized,
+            bits=self.config.bits,
+            group_size=self.config.group_size,
+            sym=self.config.sym,
+            lm_head=self.config.lm_head,
+        )
+        bits: dict[str, int] = {}
+        for item in quantized.values():
+            bits[f"int{item.spec.bits}"] = bits.get(f"int{item.spec.bits}", 0) + 1
+        ctx.logger.debug("%s %s: %d modules quantized in %.1f s", self.name, ctx.step_id, len(quantized), seconds)
+        return PassResult(
+            model=ModelArtifact.from_folder("hf", out),
+            details={"method": self.method, **facts, "modules_by_bits": bits, **details, "seconds": seconds},
+            notes=notes,
+        )
