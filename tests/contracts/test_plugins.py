@@ -12,6 +12,7 @@ EXAMPLES = {
     "passes:inc_quantize": {"mode": "static", "calibration": "calib"},
     "passes:inc_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean"},
     "passes:gptq": {"calibration": "calib"},
+    "passes:graph_surgery": {"surgeries": [{"surgeon": "GemmToMatMulAdd"}]},
     "datasources:csv": {"source": "csv", "path": "data.csv", "text_column": "text"},
     "datasources:jsonl": {"source": "jsonl", "path": "data.jsonl", "text_column": "text"},
 }

@@ -1,0 +1,198 @@
+"""graph_surgery on the smallest graph that holds each surgeon's pattern: the rewrite happened
+(op types, names, dims afterwards) and, where the surgeon claims equivalence, onnxruntime gives
+the same outputs before and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from pydantic import ValidationError
+
+from engine.core import ModelArtifact, PassContext, PassError, PassResult
+from passes.graph.graph_surgery import GraphSurgery
+
+RNG = np.random.default_rng(0)
+F = TensorProto.FLOAT
+
+
+def _model(
+    nodes: list, inputs: list, outputs: list, weights: dict[str, np.ndarray] | None = None, opsets: dict[str, int] | None = None
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in (weights or {}).items()])
+    imports = [helper.make_opsetid(domain, version) for domain, version in {"": 17, **(opsets or {})}.items()]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def _io(name: str, shape: list, elem: int = F) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _surgery(root: Path, model: onnx.ModelProto, *surgeries: dict[str, Any], **config: Any) -> PassResult:
+    folder = root / "in"
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "model.onnx"))
+    (root / "work").mkdir(parents=True, exist_ok=True)
+    ctx = PassContext(step_id="surgery", workdir=root / "work", output_dir=root / "out")
+    cfg = GraphSurgery.Config(surgeries=list(surgeries), **config)
+    return GraphSurgery(cfg)(ModelArtifact.from_folder("onnx", folder), ctx)
+
+
+def _out(result: PassResult) -> onnx.ModelProto:
+    return onnx.load(str(result.model.model_file))
+
+
+def _ops(result: PassResult) -> list[str]:
+    return [node.op_type for node in _out(result).graph.node]
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _same_outputs(root: Path, result: PassResult, feeds: dict[str, np.ndarray], **tolerance: float) -> None:
+    before, after = _run(root / "in" / "model.onnx", feeds), _run(result.model.model_file, feeds)
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_allclose(new, old, **({"rtol": 1e-5, "atol": 1e-5} | tolerance))
+
+
+@pytest.fixture(autouse=True)
+def _run_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+X = RNG.standard_normal((3, 4)).astype(np.float32)
+W = RNG.standard_normal((4, 5)).astype(np.float32)
+B = RNG.standard_normal(5).astype(np.float32)
+
+
+# -- configuration ---------------------------------------------------------------------------------
+def test_unknown_surgeon_is_a_validation_error_with_a_suggestion() -> None:
+    with pytest.raises(ValidationError, match="unknown surgeon 'GemmToMatmulAd'; did you mean 'GemmToMatMulAdd'"):
+        GraphSurgery.Config(surgeries=[{"surgeon": "GemmToMatmulAd"}])
+
+
+def test_olive_surgeon_kiln_lacks_is_refused_as_not_implemented() -> None:
+    with pytest.raises(ValidationError, match="'ReplaceErfWithTanh' \\(an Olive surgeon\\) is not implemented"):
+        GraphSurgery.Config(surgeries=[{"surgeon": "ReplaceErfWithTanh"}])
+
+
+def test_bad_option_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match="use_large"):
+        GraphSurgery.Config(surgeries=[{"surgeon": "RemoveRopeMultiCache", "use_large": True}])
+    with pytest.raises(ValidationError, match="dim_idx"):
+        GraphSurgery.Config(surgeries=[{"surgeon": "RenameOutputDims", "output_idx": 0, "dim_idx": -1, "dim_name": "n"}])
+    with pytest.raises(ValidationError, match="pair up"):
+        GraphSurgery.Config(surgeries=[{"surgeon": "RenameInputs", "old_names": ["a", "b"], "new_names": ["c"]}])
+
+
+def test_surgeon_names_ignore_case_as_olive_does() -> None:
+    cfg = GraphSurgery.Config(surgeries=[{"surgeon": "gemmtomatmuladd"}])
+    assert cfg.surgeries[0].surgeon == "GemmToMatMulAdd"
+
+
+def test_absent_pattern_is_reported_and_fails_when_required(tmp_path: Path) -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_io("x", [3, 4])], [_io("y", [3, 4])])
+    result = _surgery(tmp_path / "a", model, {"surgeon": "GemmToMatMulAdd"})
+    assert result.details["surgeries"] == {"GemmToMatMulAdd": "not applied: no Gemm in the graph"}
+    with pytest.raises(PassError, match="require_applied: GemmToMatMulAdd: not applied: no Gemm"):
+        _surgery(tmp_path / "b", model, {"surgeon": "GemmToMatMulAdd"}, require_applied=True)
+    with pytest.raises(PassError, match="require_applied"):
+        _surgery(tmp_path / "c", model, {"surgeon": "GemmToMatMulAdd", "require_applied": True})
+
+
+# -- Gemm / MatMul ---------------------------------------------------------------------------------
+def test_gemm_to_matmul_add_transposes_a_constant_weight_and_matches(tmp_path: Path) -> None:
+    gemm = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    model = _model([gemm], [_io("x", [3, 4])], [_io("y", [3, 5])], {"w": W.T.copy(), "b": B})
+    result = _surgery(tmp_path, model, {"surgeon": "GemmToMatMulAdd"})
+    assert _ops(result) == ["MatMul", "Add"]
+    assert [o.name for o in _out(result).graph.output] == ["y"]
+    assert result.details["surgeries"] == {"GemmToMatMulAdd": "applied: 1 rewrite"}
+    _same_outputs(tmp_path, result, {"x": X})
+
+
+def test_gemm_with_alpha_is_left_and_says_why(tmp_path: Path) -> None:
+    gemm = helper.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=2.0)
+    result = _surgery(tmp_path, _model([gemm], [_io("x", [3, 4])], [_io("y", [3, 5])], {"w": W, "b": B}), {"surgeon": "GemmToMatMulAdd"})
+    assert _ops(result) == ["Gemm"]
+    assert "alpha" in result.details["surgeries"]["GemmToMatMulAdd"]
+
+
+def test_matmul_add_to_gemm_reshapes_a_3d_input_and_matches(tmp_path: Path) -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["b", "m"], ["y"])]
+    model = _model(nodes, [_io("x", [2, 3, 4])], [_io("y", [2, 3, 5])], {"w": W, "b": B})
+    result = _surgery(tmp_path, model, {"surgeon": "MatMulAddToGemm"})
+    assert _ops(result) == ["Reshape", "Gemm", "Reshape"]
+    _same_outputs(tmp_path, result, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+def test_reciprocal_mul_to_div_matches(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Reciprocal", ["d"], ["r"]), helper.make_node("Mul", ["r", "x"], ["y"])]
+    model = _model(nodes, [_io("x", [3, 4]), _io("d", [3, 4])], [_io("y", [3, 4])])
+    result = _surgery(tmp_path, model, {"surgeon": "ReciprocalMulToDiv"})
+    assert _ops(result) == ["Div"]
+    _same_outputs(tmp_path, result, {"x": X, "d": RNG.uniform(0.5, 2, (3, 4)).astype(np.float32)})
+
+
+def test_matmul_add_relu_reshapes_after_the_relu(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    model = _model(nodes, [_io("x", [2, 3, 4])], [_io("y", [2, 3, 5])], {"w": W, "b": B})
+    result = _surgery(tmp_path, model, {"surgeon": "MatMulAddToGemm"})
+    assert _ops(result) == ["Reshape", "Gemm", "Relu", "Reshape"]
+    _same_outputs(tmp_path, result, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+# -- normalizations --------------------------------------------------------------------------------
+def test_pow_reduce_sum_pow_div_becomes_lp_norm_and_matches(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq", "axes"], ["s"], keepdims=1),
+        helper.make_node("Pow", ["s", "half"], ["n"]),
+        helper.make_node("Div", ["x", "n"], ["y"]),
+    ]
+    weights = {"two": np.array(2.0, np.float32), "half": np.array(0.5, np.float32), "axes": np.array([-1], np.int64)}
+    result = _surgery(tmp_path, _model(nodes, [_io("x", [3, 4])], [_io("y", [3, 4])], weights), {"surgeon": "PowReduceSumPowDiv2LpNorm"})
+    assert _ops(result) == ["LpNormalization"]
+    _same_outputs(tmp_path, result, {"x": X})
+
+
+def test_lp_norm_over_another_axis_is_not_rewritten(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq", "axes"], ["s"], keepdims=1),
+        helper.make_node("Pow", ["s", "half"], ["n"]),
+        helper.make_node("Div", ["x", "n"], ["y"]),
+    ]
+    weights = {"two": np.array(2.0, np.float32), "half": np.array(0.5, np.float32), "axes": np.array([0], np.int64)}
+    result = _surgery(tmp_path, _model(nodes, [_io("x", [3, 4])], [_io("y", [3, 4])], weights), {"surgeon": "PowReduceSumPowDiv2LpNorm"})
+    assert "LpNormalization" not in _ops(result)
+    assert "does not reduce the last axis" in result.details["surgeries"]["PowReduceSumPowDiv2LpNorm"]
+
+
+def test_simplified_layer_norm_becomes_l2_norm_times_scaled_weight(tmp_path: Path) -> None:
+    gamma = RNG.uniform(0.5, 1.5, 4).astype(np.float32)
+    nodes = [
+        helper.make_node(
+            "SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["h", "", "", "sum"], domain="com.microsoft", epsilon=1e-12
+        ),
+        helper.make_node("SimplifiedLayerNormalization", ["sum", "gamma"], ["y"], axis=-1, epsilon=1e-12),
+    ]
+    model = _model(
+        nodes, [_io("x", [3, 4]), _io("skip", [3, 4])], [_io("h", [3, 4]), _io("y", [3, 4])], {"gamma": gamma}, {"com.microsoft": 1}
+    )
+    result = _surgery(tmp_path, model, {"surgeon": "SimplifiedLayerNormToL2Norm"})
+    assert sorted(_ops(result)) == ["Add", "LpNormalization", "LpNormalization", "Mul", "Mul"]
+    assert result.details["surgeries"] == {"SimplifiedLayerNormToL2Norm": "applied: 2 rewrites"}
+    # the shared weight is scaled once, into one new initializer
+    assert [t.name for t in _out(result).graph.initializer] == ["gamma_l2norm"]
+    _same_outputs(tmp_path, result, {"x": X, "skip": RNG.standard_normal((3, 4)).astype(np.float32)}, rtol=1e-4)
