@@ -196,3 +196,136 @@ def test_simplified_layer_norm_becomes_l2_norm_times_scaled_weight(tmp_path: Pat
     # the shared weight is scaled once, into one new initializer
     assert [t.name for t in _out(result).graph.initializer] == ["gamma_l2norm"]
     _same_outputs(tmp_path, result, {"x": X, "skip": RNG.standard_normal((3, 4)).astype(np.float32)}, rtol=1e-4)
+
+
+# -- embeddings ------------------------------------------------------------------------------------
+def _decoder(table: np.ndarray, head: np.ndarray) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Gather", ["embed", "input_ids"], ["h"], name="/model/embed_tokens/Gather"),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "lm"], ["logits"], name="/lm_head/MatMul"),
+    ]
+    vocab, hidden = table.shape
+    inputs = [_io("input_ids", ["batch", "seq"], TensorProto.INT64)]
+    return _model(nodes, inputs, [_io("logits", ["batch", "seq", vocab])], {"embed": table, "lm": head})
+
+
+TABLE = RNG.standard_normal((10, 32)).astype(np.float32)
+IDS = np.array([[1, 4, 9], [0, 2, 2]], np.int64)
+
+
+def test_tie_word_embeddings_reads_the_table_once_and_matches(tmp_path: Path) -> None:
+    result = _surgery(tmp_path, _decoder(TABLE, TABLE.T.copy()), {"surgeon": "TieWordEmbeddings"})
+    out = _out(result)
+    assert [t.name for t in out.graph.initializer if t.dims == [10, 32]] == ["embed"]
+    assert "Gemm" in _ops(result) and "MatMul" not in _ops(result)
+    assert [o.name for o in out.graph.output] == ["logits"]
+    _same_outputs(tmp_path, result, {"input_ids": IDS})
+
+
+def test_tie_word_embeddings_refuses_different_weights(tmp_path: Path) -> None:
+    result = _surgery(tmp_path, _decoder(TABLE, TABLE.T + 1), {"surgeon": "TieWordEmbeddings"})
+    assert (
+        result.details["surgeries"]["TieWordEmbeddings"]
+        == "not applied: the LM head's weight is not the transposed embedding table (weights differ)"
+    )
+
+
+def test_quantize_embedding_int8_then_share_with_an_nbits_lm_head(tmp_path: Path) -> None:
+    first = _surgery(tmp_path / "q", _decoder(TABLE, TABLE.T.copy()), {"surgeon": "QuantizeEmbeddingInt8"})
+    assert "com.microsoft:GatherBlockQuantized" in first.details["op_delta"]
+    after = _run(first.model.model_file, {"input_ids": IDS})[0]
+    before = _run(tmp_path / "q" / "in" / "model.onnx", {"input_ids": IDS})[0]
+    np.testing.assert_allclose(after, before, atol=0.2)  # INT8 blocks: a small quantization error
+    # an lm_head MatMulNBits (4 bits, any weights) is replaced by an 8-bit one over the embedding's table
+    model = _out(first)
+    weight = numpy_helper.from_array(np.zeros((10, 1, 16), np.uint8), "lm_q")
+    scales = numpy_helper.from_array(np.ones(10, np.float32), "lm_scales")
+    model.graph.initializer.extend([weight, scales])
+    matmul = next(n for n in model.graph.node if n.op_type == "MatMul")
+    nbits = helper.make_node(
+        "MatMulNBits",
+        [matmul.input[0], "lm_q", "lm_scales"],
+        ["logits"],
+        name="/lm_head/MatMulNBits",
+        domain="com.microsoft",
+        K=32,
+        N=10,
+        bits=4,
+        block_size=32,
+    )
+    model.graph.node.remove(matmul)
+    model.graph.node.append(nbits)
+    shared = _surgery(tmp_path / "s", model, {"surgeon": "ShareEmbeddingLmHead"})
+    head = next(n for n in _out(shared).graph.node if n.op_type == "MatMulNBits")
+    assert helper.get_attribute_value(next(a for a in head.attribute if a.name == "bits")) == 8
+    assert "lm_q" not in {t.name for t in _out(shared).graph.initializer}
+    tied = _run(shared.model.model_file, {"input_ids": IDS})[0]
+    np.testing.assert_allclose(tied, before, atol=0.5)  # the head is the (quantized) transposed table
+
+
+# -- renames ---------------------------------------------------------------------------------------
+def test_renames_of_inputs_and_dims(tmp_path: Path) -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_io("x", [1, 4])], [_io("y", [1, 4])])
+    result = _surgery(
+        tmp_path,
+        model,
+        {"surgeon": "RenameInputs", "old_names": ["x"], "new_names": ["pixels"]},
+        {"surgeon": "RenameInputDims", "input_name": "pixels", "dim_idx": 0, "dim_name": "batch"},
+        {"surgeon": "RenameOutputDims", "output_idx": 0, "dim_idx": 0, "dim_name": "batch"},
+    )
+    graph = _out(result).graph
+    assert graph.input[0].name == "pixels" and graph.node[0].input[0] == "pixels"
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert _run(result.model.model_file, {"pixels": np.ones((3, 4), np.float32)})[0].shape == (3, 4)
+
+
+def test_rename_of_a_missing_output_fails(tmp_path: Path) -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_io("x", [1, 4])], [_io("y", [1, 4])])
+    with pytest.raises(PassError, match="output_idx 2 is out of range"):
+        _surgery(tmp_path, model, {"surgeon": "RenameOutputDims", "output_idx": 2, "dim_idx": 0, "dim_name": "n"})
+
+
+# -- cleanups --------------------------------------------------------------------------------------
+def test_deduplicate_nodes_keeps_the_first_producer_and_matches(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Cast", ["x"], ["c"], to=F, name="a"),
+        helper.make_node("Cast", ["x"], ["c"], to=F, name="b"),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = _model(nodes, [_io("x", [3, 4])], [_io("y", [3, 4])])
+    result = _surgery(tmp_path, model, {"surgeon": "DeduplicateNodes"})
+    assert [n.name for n in _out(result).graph.node if n.op_type == "Cast"] == ["a"]
+    assert result.details["surgeries"] == {"DeduplicateNodes": "applied: 1 rewrite"}
+    expected = np.maximum(X, 0)
+    np.testing.assert_allclose(_run(result.model.model_file, {"x": X})[0], expected)
+
+
+def _if_model(branch_initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
+    then = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "then", [], [_io("t", [4])], branch_initializers)
+    other = helper.make_graph([helper.make_node("Sub", ["x", "w2"], ["e"])], "else", [], [_io("e", [4])])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    return _model([node], [_io("cond", [], TensorProto.BOOL), _io("x", [4])], [_io("y", [4])], {"w2": np.ones(4, np.float32)})
+
+
+def test_deduplicate_subgraph_initializers_and_matches(tmp_path: Path) -> None:
+    w = numpy_helper.from_array(np.full(4, 3.0, np.float32), "w")
+    result = _surgery(tmp_path, _if_model([w, w]), {"surgeon": "DeduplicateSubgraphInitializers"})
+    branch = next(a.g for a in _out(result).graph.node[0].attribute if a.name == "then_branch")
+    assert [t.name for t in branch.initializer] == ["w"]
+    feeds = {"cond": np.array(True), "x": np.arange(4, dtype=np.float32)}
+    np.testing.assert_allclose(_run(result.model.model_file, feeds)[0], np.arange(4) + 3.0)
+
+
+def test_remove_memcpy_bypasses_copies_and_keeps_output_names(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MemcpyToHost", ["x"], ["xc"], domain="com.microsoft"),
+        helper.make_node("Relu", ["xc"], ["r"]),
+        helper.make_node("MemcpyFromHost", ["r"], ["y"], domain="com.microsoft"),
+    ]
+    model = _model(nodes, [_io("x", [3, 4])], [_io("y", [3, 4])], opsets={"com.microsoft": 1})
+    result = _surgery(tmp_path, model, {"surgeon": "RemoveMemcpy"})
+    assert _ops(result) == ["Relu"]
+    assert [o.name for o in _out(result).graph.output] == ["y"]
+    np.testing.assert_allclose(_run(result.model.model_file, {"x": X})[0], np.maximum(X, 0))

@@ -87,6 +87,7 @@ def remove_memcpy(model: ir.Model, spec: RemoveMemcpy) -> Outcome:
                 if source.is_graph_input() or source.is_graph_output() or source.is_initializer():
                     continue  # the copy is the only thing that gives the output its own name
                 name = copy.name
+                source.type, source.shape = source.type or copy.type, source.shape or copy.shape
                 copy.replace_all_uses_with(source, replace_graph_outputs=True)
                 source.name = name  # the graph's output keeps its public name
             else:
