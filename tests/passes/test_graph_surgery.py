@@ -205,7 +205,7 @@ def _decoder(table: np.ndarray, head: np.ndarray) -> onnx.ModelProto:
         helper.make_node("Relu", ["h"], ["r"]),
         helper.make_node("MatMul", ["r", "lm"], ["logits"], name="/lm_head/MatMul"),
     ]
-    vocab, hidden = table.shape
+    vocab = table.shape[0]
     inputs = [_io("input_ids", ["batch", "seq"], TensorProto.INT64)]
     return _model(nodes, inputs, [_io("logits", ["batch", "seq", vocab])], {"embed": table, "lm": head})
 
@@ -329,3 +329,111 @@ def test_remove_memcpy_bypasses_copies_and_keeps_output_names(tmp_path: Path) ->
     assert _ops(result) == ["Relu"]
     assert [o.name for o in _out(result).graph.output] == ["y"]
     np.testing.assert_allclose(_run(result.model.model_file, {"x": X})[0], np.maximum(X, 0))
+
+
+# -- decoders --------------------------------------------------------------------------------------
+def _cache_branch(size: str, rows: int) -> onnx.GraphProto:
+    cos, sin = np.cos(np.arange(rows * 2).reshape(rows, 2) / 7), np.sin(np.arange(rows * 2).reshape(rows, 2) / 7)
+    nodes = [
+        helper.make_node("Constant", [], [f"cos_cache_{size}"], value=numpy_helper.from_array(cos.astype(np.float32))),
+        helper.make_node("Constant", [], [f"sin_cache_{size}"], value=numpy_helper.from_array(sin.astype(np.float32))),
+    ]
+    return helper.make_graph(nodes, size, [], [_io(f"cos_cache_{size}", [rows, 2]), _io(f"sin_cache_{size}", [rows, 2])])
+
+
+def test_remove_rope_multi_cache_keeps_one_cache_and_matches_for_short_sequences(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Greater", ["total", "limit"], ["long"]),
+        helper.make_node("If", ["long"], ["cos", "sin"], then_branch=_cache_branch("large", 16), else_branch=_cache_branch("small", 8)),
+        helper.make_node("RotaryEmbedding", ["x", "position_ids", "cos", "sin"], ["y"], domain="com.microsoft", num_heads=1),
+    ]
+    inputs = [_io("x", [1, 3, 4]), _io("position_ids", [1, 3], TensorProto.INT64), _io("total", [], TensorProto.INT64)]
+    model = _model(nodes, inputs, [_io("y", [1, 3, 4])], {"limit": np.array(8, np.int64)}, {"com.microsoft": 1})
+    result = _surgery(tmp_path, model, {"surgeon": "RemoveRopeMultiCache"})
+    assert _ops(result) == ["RotaryEmbedding"]
+    assert list(_out(result).graph.node[0].input[2:]) == ["cos_cache_single", "sin_cache_single"]
+    feeds = {"x": RNG.standard_normal((1, 3, 4)).astype(np.float32), "position_ids": np.array([[0, 1, 2]]), "total": np.array(3)}
+    _same_outputs(tmp_path, result, feeds)
+
+
+def test_attention_mask_becomes_sequence_length_inputs(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("ReduceSum", ["attention_mask", "one"], ["lengths"], keepdims=1),
+        helper.make_node("Sub", ["lengths", "one"], ["past"]),
+        helper.make_node("Cast", ["past"], ["seqlens_k"], to=TensorProto.INT32),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
+        helper.make_node("Gather", ["mask_shape", "one_scalar"], ["total"], axis=0),
+        helper.make_node("Cast", ["total"], ["total_sequence_length"], to=TensorProto.INT32),
+        helper.make_node(
+            "GroupQueryAttention",
+            ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"],
+            ["y", "", ""],
+            domain="com.microsoft",
+            num_heads=1,
+            kv_num_heads=1,
+        ),
+    ]
+    inputs = [_io("q", [1, 3, 4]), _io("k", [1, 3, 4]), _io("v", [1, 3, 4]), _io("attention_mask", [1, "total"], TensorProto.INT64)]
+    weights = {"one": np.array([1], np.int64), "one_scalar": np.array(1, np.int64)}
+    model = _model(nodes, inputs, [_io("y", [1, 3, 4])], weights, {"com.microsoft": 1})
+    result = _surgery(tmp_path, model, {"surgeon": "AttentionMaskToSequenceLengths"})
+    graph = _out(result).graph
+    assert _ops(result) == ["GroupQueryAttention"]
+    assert [i.name for i in graph.input] == ["total_seq_len", "past_seq_len", "q", "k", "v"]
+    assert list(graph.node[0].input[5:7]) == ["past_seq_len", "total_seq_len"]
+
+
+def test_replace_attention_mask_value_only_in_mask_constants(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Add", ["x", "mask"], ["m"]), helper.make_node("MatMul", ["m", "w"], ["y"])]
+    mask = np.array([0, -3.4e38, 0, -3.4e38], np.float32)
+    weight = np.full((4, 4), -3.4e38, np.float32)
+    model = _model(nodes, [_io("x", [3, 4])], [_io("y", [3, 4])], {"mask": mask, "w": weight})
+    result = _surgery(tmp_path, model, {"surgeon": "ReplaceAttentionMaskValue", "replacement": -1e4})
+    values = {t.name: numpy_helper.to_array(t) for t in _out(result).graph.initializer}
+    np.testing.assert_array_equal(values["mask"], [0, -1e4, 0, -1e4])
+    assert values["w"].min() < -3e38  # a MatMul weight is never a mask
+    assert result.details["surgeries"] == {"ReplaceAttentionMaskValue": "applied: 1 rewrite"}
+
+
+def _nbits(g_idx: np.ndarray) -> onnx.ModelProto:
+    weights = {
+        "b": RNG.integers(0, 255, (2, 1, 16)).astype(np.uint8),
+        "scales": np.array([0.1, 0.2], np.float32),
+        "g_idx": g_idx,
+    }
+    node = helper.make_node(
+        "MatMulNBits", ["a", "b", "scales", "", "g_idx"], ["y"], domain="com.microsoft", K=32, N=2, bits=4, block_size=32
+    )
+    return _model([node], [_io("a", [3, 32])], [_io("y", [3, 2])], weights, {"com.microsoft": 1})
+
+
+def test_remove_identity_gidx_from_matmul_nbits_and_matches(tmp_path: Path) -> None:
+    result = _surgery(tmp_path, _nbits(np.zeros(32, np.int32)), {"surgeon": "RemoveGidxFromMatMulNBits"})
+    assert "g_idx" not in {t.name for t in _out(result).graph.initializer}
+    assert "g_idx" not in _out(result).graph.node[0].input
+    _same_outputs(tmp_path, result, {"a": RNG.standard_normal((3, 32)).astype(np.float32)})
+
+
+def test_shuffled_gidx_is_kept(tmp_path: Path) -> None:
+    g_idx = np.zeros(32, np.int32)
+    g_idx[3] = 1
+    result = _surgery(tmp_path, _nbits(g_idx), {"surgeon": "RemoveGidxFromMatMulNBits"})
+    assert "g_idx" in _out(result).graph.node[0].input
+    assert result.details["surgeries"]["RemoveGidxFromMatMulNBits"] == "not applied: 1 g_idx inputs are not the identity grouping"
+
+
+def test_packed_attention_becomes_a_loop_of_multi_head_attention(tmp_path: Path) -> None:
+    node = helper.make_node("PackedAttention", ["q", "k", "v", "cu_seqlens"], ["y"], domain="custom", scale=0.5, num_heads=2)
+    inputs = [_io(name, [1, 2, 5, 4]) for name in "qkv"] + [_io("cu_seqlens", [3], TensorProto.INT32)]
+    model = _model([node], inputs, [_io("y", [1, 5, 2, 4])], opsets={"custom": 1})
+    result = _surgery(tmp_path, model, {"surgeon": "PackedAttentionToLoopMHA"})
+    assert "Loop" in _ops(result) and "PackedAttention" not in _ops(result)
+    q, k, v = (RNG.standard_normal((1, 2, 5, 4)).astype(np.float32) for _ in range(3))
+    got = _run(result.model.model_file, {"q": q, "k": k, "v": v, "cu_seqlens": np.array([0, 2, 5], np.int32)})[0]
+    expected = np.zeros((1, 5, 2, 4), np.float32)
+    for start, end in ((0, 2), (2, 5)):  # each segment attends to itself only
+        scores = np.einsum("hsd,htd->hst", q[0, :, start:end], k[0, :, start:end]) * 0.5
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        expected[0, start:end] = np.einsum("hst,htd->shd", weights, v[0, :, start:end])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
