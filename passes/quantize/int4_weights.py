@@ -13,6 +13,10 @@ Algorithms, all on CPU:
 - ``hqq``: Half-Quadratic Quantization (``HQQWeightOnlyQuantConfig``): optimizes scales and zero
   points per block against the weights (uses torch). MatMul only, always asymmetric (float zero
   points). No data.
+- ``k_quant``: k-quant (``KQuantWeightOnlyQuantConfig``, llama.cpp's method as Olive's
+  ``OnnxKQuantQuantization`` ports it): per block, a weighted least-squares search over 20 scales
+  for the scale and minimum, weighting each weight by ``rms(block) + |w|``. MatMul only, always
+  asymmetric, 4 or 8 bits. No data.
 - ``gptq``: GPTQ (``GPTQWeightOnlyQuantConfig``): corrects the rounding error with second-order
   statistics of the MatMul inputs, computed from the ``calibration`` dataset. MatMul only.
 
@@ -28,7 +32,11 @@ GPTQ goes through onnxruntime's vendored neural-compressor code, which keeps nod
 name: unnamed nodes (onnxruntime's fusions leave some) are named first, or all but one would
 be dropped; its output is topologically sorted again.
 
-``bits: 8`` (rtn only) writes MatMulNBits with 8-bit weights instead, for decoders where int4 costs
+Mixed precision: ``overrides`` gives nodes (by name or shell pattern) other bits (8, or 16 =
+float) or another block size, and a plan written into the model by ``mixed_precision`` is
+honoured the same way (``passes.quantize.nbits_plan``; the option wins over the plan for a node).
+
+``bits: 8`` (rtn and k_quant) writes MatMulNBits with 8-bit weights instead, for decoders where int4 costs
 too much quality. A ``genai`` decoder folder (from genai_build or decoder_export) stays one: the
 new model.onnx gets the folder's genai_config.json and tokenizer files beside it.
 
@@ -40,15 +48,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from engine.core import Categorical, MissingDependency, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
 from engine.core.refs import DatasetRef
 from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_delta, qualified_op_counts, quiet_library, topological_sort
 from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
 from passes.common.pass_io import onnx_output
+from passes.quantize.nbits_plan import NodeOverride, Spec, drop_metadata, metadata_overrides, read_metadata, resolve_specs
+from passes.quantize.nbits_run import Setting, quantize
 
 if TYPE_CHECKING:
     from passes.quantize.calibration import BatchReader
@@ -62,7 +72,7 @@ _FUSED_WITH_WEIGHTS = ("com.microsoft:Attention", "com.microsoft:EmbedLayerNorma
 
 class Int4Weights(OnnxPass):
     name = "int4_weights"
-    summary = "4-bit (or 8-bit) block-wise weight-only quantization of MatMul (and Gather) weights into MatMulNBits (RTN, HQQ or GPTQ)."
+    summary = "4-bit (or 8-bit, or mixed per node) block-wise weight-only quantization of MatMul (and Gather) weights into MatMulNBits (RTN, HQQ, k-quant or GPTQ)."
     version = "1"
     accepts = ("onnx", "genai")
     produces = "onnx"
@@ -73,15 +83,18 @@ class Int4Weights(OnnxPass):
         "is_symmetric": Categorical((True, False)),
         "accuracy_level": Categorical((None, 4)),
     }
+    #: options left out of the job key while at these defaults: configs written before the
+    #: option existed keep their keys
+    keyless_defaults: ClassVar[dict[str, Any]] = {"bits": 4, "overrides": {}}
 
     class Config(PassConfig):
-        algorithm: Literal["rtn", "hqq", "gptq"] = Field(
+        algorithm: Literal["rtn", "hqq", "k_quant", "gptq"] = Field(
             "rtn",
-            description="rtn: round to nearest (onnxruntime's native quantizer, MatMul and Gather); hqq: half-quadratic optimization of scales and zero points (MatMul, asymmetric); gptq: error-correcting GPTQ from a calibration dataset (MatMul).",
+            description="rtn: round to nearest (onnxruntime's native quantizer, MatMul and Gather); hqq: half-quadratic optimization of scales and zero points (MatMul, asymmetric); k_quant: llama.cpp's k-quant weighted least-squares scales and minimums (MatMul, asymmetric, 4 or 8 bits); gptq: error-correcting GPTQ from a calibration dataset (MatMul).",
         )
         bits: Literal[4, 8] = Field(
             4,
-            description="Bits per weight: 4 (int4) or 8 (int8, rtn only: MatMulNBits with 8-bit weights, which onnxruntime's CPU kernel runs). "
+            description="Bits per weight: 4 (int4) or 8 (int8, rtn and k_quant: MatMulNBits with 8-bit weights, which onnxruntime's CPU kernel runs). "
             "Left out of the job key when 4, so configs written before the option keep their keys.",
         )
         block_size: Literal[16, 32, 64, 128, 256] = Field(
@@ -90,7 +103,7 @@ class Int4Weights(OnnxPass):
         )
         is_symmetric: bool = Field(
             True,
-            description="Signed int4 with scales only (true) or unsigned int4 with a zero point per block (false). hqq is always asymmetric.",
+            description="Signed int4 with scales only (true) or unsigned int4 with a zero point per block (false). hqq and k_quant are always asymmetric.",
         )
         accuracy_level: Literal[0, 1, 2, 3, 4] | None = Field(
             None,
@@ -106,6 +119,15 @@ class Int4Weights(OnnxPass):
         )
         nodes_to_exclude: list[str] = Field(
             default_factory=list, description="Names of MatMul / Gather nodes to keep in float. An unknown name is an error."
+        )
+        overrides: dict[str, NodeOverride] = Field(
+            default_factory=dict,
+            description=(
+                "Per-node precision (Olive's customized_weight_config): a node name, or a shell pattern with * ? [ ] "
+                '(e.g. "/lm_head/MatMul", "/model/layers.*/mlp/down_proj/MatMul"), mapped to {"bits": 8}, {"bits": 16} (kept float) '
+                'and/or {"block_size": 64}. An exact name the model lacks is an error; a pattern matching nothing is noted. Applied over '
+                "the plan a mixed_precision step wrote into the model. Left out of the job key when empty."
+            ),
         )
         calibration: DatasetRef | None = Field(
             None, description="gptq only: name of the workflow dataset whose samples feed the model to collect the MatMul input statistics."
@@ -127,8 +149,8 @@ class Int4Weights(OnnxPass):
                 raise ValueError("algorithm gptq needs calibration: the name of a dataset of model inputs")
             if self.algorithm != "gptq" and self.calibration:
                 raise ValueError(f"calibration is used by algorithm gptq only; {self.algorithm} needs no data")
-            if self.bits == 8 and self.algorithm != "rtn":
-                raise ValueError(f"bits 8 works with algorithm rtn only, not {self.algorithm}")
+            if self.bits == 8 and self.algorithm not in ("rtn", "k_quant"):
+                raise ValueError(f"bits 8 works with algorithms rtn and k_quant only, not {self.algorithm}")
             if self.algorithm != "rtn" and "Gather" in self.op_types:
                 raise ValueError(f"algorithm {self.algorithm} quantizes MatMul only; Gather needs algorithm rtn")
             return self
@@ -137,11 +159,9 @@ class Int4Weights(OnnxPass):
 
     @classmethod
     def resolve_for_target(cls, config: dict[str, Any], target_fingerprint: dict[str, Any] | None) -> dict[str, Any]:
-        """``bits`` at its default (4) is left out of the config the job key names: configs written
-        before the option existed keep their keys."""
-        if config.get("bits") == 4:
-            return {name: value for name, value in config.items() if name != "bits"}
-        return config
+        """``bits`` and ``overrides`` at their defaults are left out of the config the job key names:
+        configs written before those options existed keep their keys."""
+        return {name: value for name, value in config.items() if cls.keyless_defaults.get(name, ...) != value}
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         # onnx and onnxruntime take seconds to import: load them only when the pass runs (the
@@ -160,21 +180,18 @@ class Int4Weights(OnnxPass):
         candidates = _candidates(source, cfg.op_types)
         named = name_unnamed_nodes(source)  # the gptq code keeps nodes by name: unnamed ones would be lost
         notes: list[str] = []
-        opset = default_opset(source)
-        if "Gather" in cfg.op_types and opset < _INT4_OPSET:
-            source = onnx.version_converter.convert_version(source, _INT4_OPSET)
-            notes.append(
-                f"converted the model from opset {opset} to {_INT4_OPSET} (onnx.version_converter): quantized Gather weights are int4 tensors"
-            )
+        source = _gather_opset(source, cfg.op_types, notes)
         reader = self._calibration_reader(source, ctx) if cfg.algorithm == "gptq" else None
         input_order = [t.name for t in source.graph.initializer]  # the quantizers edit ``source`` in place
+        plan = read_metadata(source)
+        specs = self._node_specs(source, plan, notes)
+        drop_metadata(source)  # the plan is consumed here: the output carries what was done, in its ops
 
         started = time.perf_counter()
+        base = Setting(cfg.algorithm, cfg.bits, cfg.block_size, cfg.is_symmetric, cfg.accuracy_level, tuple(cfg.op_types))
         with quiet_library() as messages:
-            quantizer = _make_quantizer(source, cfg, reader)
-            quantizer.process()
+            output, runs = quantize(source, base, specs, _candidate_names(source, cfg.op_types), cfg.nodes_to_exclude, reader)
         seconds = round(time.perf_counter() - started, 3)
-        output = quantizer.model.model
         _order_initializers(output, input_order)
         add_contrib_opset(output)  # the gptq code path writes MatMulNBits without importing the domain
         topological_sort(output)  # ... and leaves the nodes it rewrites out of order
@@ -188,13 +205,14 @@ class Int4Weights(OnnxPass):
             "algorithm": cfg.algorithm,
             "bits": cfg.bits,
             "block_size": cfg.block_size,
-            "is_symmetric": cfg.is_symmetric if cfg.algorithm != "hqq" else False,
+            "is_symmetric": cfg.is_symmetric if cfg.algorithm not in ("hqq", "k_quant") else False,
             "accuracy_level": cfg.accuracy_level,
             "op_types": cfg.op_types,
             "candidates": candidates,
             "quantized": quantized,
             "left_float": left,
             "nodes_to_exclude": cfg.nodes_to_exclude,
+            **_precision_facts(specs, plan, runs),
             "calibration": cfg.calibration,
             "nodes_named": named,
             **_size_facts(model, counts_in, counts_out, bytes_in, output, out_file),
@@ -203,6 +221,32 @@ class Int4Weights(OnnxPass):
         }
         ctx.logger.debug("int4_weights %s: quantized %s", ctx.step_id, quantized)
         return onnx_output(model, ctx, details, notes)
+
+    def _node_specs(self, source: Any, plan: dict[str, Any] | None, notes: list[str]) -> dict[str, Spec]:
+        """The nodes whose bits or block size differ from the pass's: the model's mixed precision
+        plan, then ``overrides``. An unknown exact name in ``overrides`` is an error; one in the
+        plan, or a pattern matching nothing, is a note."""
+        cfg = self.config
+        candidates = _candidate_names(source, cfg.op_types)
+        layers = [metadata_overrides(plan), dict(cfg.overrides)]
+        specs, unknown, unmatched = resolve_specs(candidates, Spec(cfg.bits, cfg.block_size), layers[1:])
+        if unknown:
+            raise ValueError(
+                f"overrides: the model has no {' / '.join(cfg.op_types)} node with a constant weight named {', '.join(unknown)}"
+            )
+        if plan is not None:
+            specs, unknown, _ = resolve_specs(candidates, Spec(cfg.bits, cfg.block_size), layers)
+            if unknown:
+                notes.append(
+                    f"the model's mixed precision plan names nodes that are not candidates, left as they are: {', '.join(unknown)}"
+                )
+        if unmatched:
+            notes.append(f"overrides: no candidate node matches {', '.join(unmatched)}")
+        if cfg.algorithm == "gptq" and any(spec.bits == 8 for spec in specs.values()):
+            notes.append("the 8-bit nodes are quantized with rtn: gptq writes 4 bits here")
+        if cfg.algorithm == "hqq" and any(spec.bits == 8 for spec in specs.values()):
+            notes.append("the 8-bit nodes are quantized with rtn: onnxruntime's CPU kernel does not run hqq's 8-bit output")
+        return specs
 
     def _notes(self, quantized: dict[str, int], candidates: dict[str, int], counts_in: dict[str, int]) -> list[str]:
         cfg = self.config
@@ -266,6 +310,39 @@ def _candidates(model: Any, op_types: list[str]) -> dict[str, int]:
     return found
 
 
+def _gather_opset(source: Any, op_types: list[str], notes: list[str]) -> Any:
+    """``source`` at opset 21 at least when Gather weights are quantized (int4 tensors)."""
+    import onnx
+
+    opset = default_opset(source)
+    if "Gather" not in op_types or opset >= _INT4_OPSET:
+        return source
+    notes.append(
+        f"converted the model from opset {opset} to {_INT4_OPSET} (onnx.version_converter): quantized Gather weights are int4 tensors"
+    )
+    return onnx.version_converter.convert_version(source, _INT4_OPSET)
+
+
+def _precision_facts(specs: dict[str, Spec], plan: dict[str, Any] | None, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "node_specs": {name: {"bits": spec.bits, "block_size": spec.block_size} for name, spec in sorted(specs.items())},
+        "mixed_precision_plan": plan is not None,
+        "quantizer_runs": runs,
+    }
+
+
+def _candidate_names(model: Any, op_types: list[str]) -> list[str]:
+    """Names of the main graph's nodes of ``op_types`` whose weight is a float initializer of rank 2+."""
+    floats = {t.name for t in model.graph.initializer if t.data_type in (1, 10) and len(t.dims) >= 2}
+    names = []
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in op_types:
+            weight = node.input[1] if node.op_type == "MatMul" else node.input[0]
+            if weight in floats and node.name:
+                names.append(node.name)
+    return sorted(names)
+
+
 def _size_facts(
     model: ModelArtifact, counts_in: dict[str, int], counts_out: dict[str, int], bytes_in: int, output: Any, out_file: Path
 ) -> dict[str, Any]:
@@ -280,46 +357,3 @@ def _size_facts(
         "size_bytes_before": file_bytes(model.model_file),
         "size_bytes_after": file_bytes(out_file),
     }
-
-
-def _make_quantizer(source: Any, cfg: Int4Weights.Config, reader: BatchReader | None) -> Any:
-    """The configured MatMulNBitsQuantizer. Imported here, inside ``quiet_library``: the module
-    calls ``logging.basicConfig(level=INFO)`` at import, which is then a no-op."""
-    try:
-        from onnxruntime.quantization import matmul_nbits_quantizer as nbits
-    except ImportError as error:
-        package = "onnx-ir" if "onnx_ir" in str(error) else "onnxruntime"
-        raise MissingDependency(package, "the int4_weights pass") from error
-
-    class Quantizer(nbits.MatMulNBitsQuantizer):  # type: ignore[misc, name-defined]
-        # The GPTQ path ignores nodes_to_exclude (only the RTN path marks them "fp32" in the node
-        # config): mark them here so every path honours the exclusions.
-        def _generate_q4_node_config(self) -> dict[str, Any]:
-            config: dict[str, Any] = super()._generate_q4_node_config()
-            config.update(dict.fromkeys(self.nodes_to_exclude, "fp32"))
-            return config
-
-    op_types = tuple(cfg.op_types)
-    if cfg.algorithm == "hqq":
-        algo = nbits.HQQWeightOnlyQuantConfig(block_size=cfg.block_size, bits=4, op_types_to_quantize=op_types)
-    elif cfg.algorithm == "gptq":
-        algo = nbits.GPTQWeightOnlyQuantConfig(calibration_data_reader=reader, op_types_to_quantize=op_types)
-    else:
-        algo = nbits.DefaultWeightOnlyQuantConfig(
-            block_size=cfg.block_size,
-            is_symmetric=cfg.is_symmetric,
-            accuracy_level=cfg.accuracy_level,
-            op_types_to_quantize=op_types,
-            quant_axes=(("MatMul", 0), ("Gather", 1)),
-            bits=cfg.bits,
-        )
-    return Quantizer(
-        source,
-        bits=cfg.bits,
-        block_size=cfg.block_size,
-        is_symmetric=cfg.is_symmetric,
-        accuracy_level=cfg.accuracy_level,
-        nodes_to_exclude=list(cfg.nodes_to_exclude),
-        op_types_to_quantize=op_types,
-        algo_config=algo,
-    )
