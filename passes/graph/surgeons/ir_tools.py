@@ -58,11 +58,12 @@ def float_attr(node: ir.Node, name: str, default: float) -> float:
     return default if attr is None else float(attr.value)
 
 
-def used_names(graph: ir.Graph) -> set[str]:
+def used_names(graph: ir.Graph, node_names: bool = True) -> set[str]:
+    """Names of the graph's values (and of its nodes unless ``node_names`` is false), subgraphs included."""
     names = set(graph.initializers) | {value.name for value in graph.inputs if value.name}
     for node in ir.traversal.RecursiveGraphIterator(graph):
         names.update(value.name for value in node.outputs if value.name)
-        if node.name:
+        if node_names and node.name:
             names.add(node.name)
     return names
 

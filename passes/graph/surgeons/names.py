@@ -52,10 +52,10 @@ def rename_inputs(model: ir.Model, spec: RenameInputs) -> Outcome:
     missing = [name for name in spec.old_names if name not in by_name]
     if missing:
         raise ValueError(f"no input {', '.join(map(repr, missing))}; the inputs are {list(by_name)}")
-    taken = used_names(graph) - set(spec.old_names)
+    taken = used_names(graph, node_names=False) - set(spec.old_names)
     clashes = [name for name in spec.new_names if name in taken]
     if clashes:
-        raise ValueError(f"new_names {clashes} are already names of values or nodes in the graph")
+        raise ValueError(f"new_names {clashes} are already names of values in the graph")
     renamed = 0
     for old, new in zip(spec.old_names, spec.new_names, strict=True):
         if old != new:
