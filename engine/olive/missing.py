@@ -4,7 +4,6 @@ from __future__ import annotations
 
 #: why an Olive pass Kiln has no pass for is not carried over, by family (lower-cased type → reason)
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "Olive's named rewrites of the ONNX graph (graph surgeons): Kiln has no pass that applies them": ("graphsurgeries",),
     "quantizes the PyTorch model's weights before export: Kiln quantizes ONNX weights instead (int4_weights: "
     "algorithm rtn, hqq or gptq; genai_build: precision int4)": (
         "gptq",

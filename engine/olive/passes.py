@@ -140,6 +140,8 @@ PASSES: dict[str, PassSpec] = {
         {"algorithm": "hqq", "block_size": 128},
         dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
     ),
+    # each surgeon with Olive's name and options: graph_surgery takes them as they are
+    "GraphSurgeries": PassSpec("graph_surgery", {"surgeries": "surgeries"}),
     "OnnxFloatToFloat16": PassSpec(
         "fp16",
         {
