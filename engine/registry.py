@@ -28,6 +28,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
         "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
         "int4_weights": "passes.quantize.int4_weights:Int4Weights",
+        "mixed_precision": "passes.quantize.mixed_precision:MixedPrecision",
         "inc_quantize": "passes.quantize.inc_quantize:IncQuantize",
         "inc_quantize_accuracy": "passes.quantize.inc_quantize_accuracy:IncQuantizeAccuracy",
         "fp16": "passes.precision.fp16:Fp16",
