@@ -24,17 +24,18 @@ _CLASSES = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Confi
 VOCAB = 128
 
 
-def tiny_config(family: str, hidden: int = 64, tied: bool = False, **extra: Any) -> Any:
+def tiny_config(family: str, hidden: int = 64, tied: bool = False, vocab: int = VOCAB, **extra: Any) -> Any:
     """A 2-layer config of ``family`` (grouped-query attention: 4 heads, 2 key/value heads)."""
     if family == "phi3":
-        extra.setdefault("pad_token_id", 0)
+        # original = max positions: otherwise the model builder takes it for a LongRoPE Phi-3
+        extra.update(pad_token_id=0, original_max_position_embeddings=64)
     return getattr(transformers, _CLASSES[family])(
         hidden_size=hidden,
         intermediate_size=hidden * 2,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         max_position_embeddings=64,
         bos_token_id=0,
         eos_token_id=0,
@@ -277,3 +278,36 @@ def test_the_pass_refuses_an_unsupported_architecture_by_name(tmp_path: Path) ->
     gpt2 = ModelArtifact.from_folder("hf", tiny_decoder(tmp_path / "gpt2", "gpt2"))
     with pytest.raises(PassError, match="quarot cannot rotate a gpt2"):
         run_pass(QuaRot, gpt2, tmp_path / "run")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_int4_build_computes_what_the_rotated_quantized_model_computes(family: str, tmp_path: Path) -> None:
+    # the builder keeps the checkpoint's codes (MatMulNBits, fp32 compute: accuracy_level 1) and
+    # its graph (norms with scale 1, untied lm_head) is the rotated model's: logits agree to rounding
+    import numpy as np
+    import onnxruntime_genai as og
+    from decoder_passes import PROMPT, run_pass
+    from decoders import tokenizer
+
+    from engine.core import ModelArtifact
+    from passes.generate.genai_build import GenaiBuild
+    from passes.torch_quant._quantize import quantize_linear_layers
+    from passes.torch_quant.quarot import QuaRot
+
+    tok = tokenizer()
+    model = tiny_model(family, hidden=128, vocab=len(tok))
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    rotated = run_pass(QuaRot, ModelArtifact.from_folder("hf", tmp_path / "hf"), tmp_path / "quarot", group_size=32, lm_head=True)
+    built = run_pass(GenaiBuild, rotated.model, tmp_path / "build", precision="int4", block_size=32, accuracy_level=1)
+    rotate_model(model)
+    quantize_linear_layers(model, "rtn", 4, 32, False, lm_head=True)
+    expected = logits(model, torch.tensor([PROMPT]))[0].numpy()
+    generator_model = og.Model(str(built.model.path))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=len(PROMPT) + 4)
+    generator = og.Generator(generator_model, params)
+    generator.append_tokens(PROMPT)
+    got = np.asarray(generator.get_output("logits")).reshape(-1, expected.shape[-1])
+    assert built.details["ops"]["MatMulNBits"] == 11
+    np.testing.assert_allclose(got, expected, atol=1e-5 * max(1.0, float(np.abs(expected).max())))
