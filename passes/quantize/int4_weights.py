@@ -79,6 +79,8 @@ class Int4Weights(OnnxPass):
     keeps = ("genai",)  # a decoder folder stays one: genai_config.json and the tokenizer are copied
     libraries = ("onnx", "onnxruntime", "onnx-ir", "numpy", "torch")  # torch: hqq computes with it
     search_space = {
+        "algorithm": Categorical(("rtn", "hqq", "k_quant")),
+        "bits": Categorical((4, 8)),
         "block_size": Categorical((32, 64, 128)),
         "is_symmetric": Categorical((True, False)),
         "accuracy_level": Categorical((None, 4)),

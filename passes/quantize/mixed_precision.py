@@ -49,6 +49,9 @@ class MixedPrecision(OnnxPass):
     search_space = {
         "algorithm": Categorical(("k_quant_last", "k_quant_down", "k_quant_mixed")),
         "high_bits": Categorical((8, 16)),
+        "block_size": Categorical((32, 64, 128)),
+        "first_layers": Categorical((0, 1, 2)),
+        "last_layers": Categorical((0, 1, 2)),
     }
 
     class Config(PassConfig):
