@@ -67,10 +67,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "optimummerging",
     ),
     "rewrites MatMulNBits into QuantizeLinear/DequantizeLinear for NPUs: Kiln has no such pass": ("matmulnbitstoqdq",),
-    "k-quant ONNX weight quantization: Kiln's int4_weights does rtn, hqq or gptq (genai_build: algo_config k_quant)": (
-        "onnxkquantquantization",
-        "kquant",
-    ),
+    "k-quant of the PyTorch model's weights: Kiln's k-quant is ONNX-level (int4_weights algorithm k_quant)": ("kquant",),
     "writes Olive's metadata into the model: Kiln records what made a model in its records": ("addolivemetadata",),
     "AI Toolkit's script pass (runs its own Python): Kiln has no such pass": ("aitkpython",),
     "builds with Mobius (ONNX Runtime GenAI's multi-component builder): Kiln's genai_build builds decoders": ("mobiusbuilder",),

@@ -49,6 +49,17 @@ def algorithm(value: Any) -> Any:
     return "rtn" if value in (None, "DEFAULT", "default", "RTN") else lower(value)
 
 
+def weight_overrides(value: Any) -> Any:
+    """Olive's per-node weight config (``{node: {bits, group_size}}``) as int4_weights' overrides
+    (``{node: {bits, block_size}}``)."""
+    if not isinstance(value, dict):
+        return value
+    return {
+        node: {("block_size" if k == "group_size" else k): v for k, v in spec.items()} if isinstance(spec, dict) else spec
+        for node, spec in value.items()
+    }
+
+
 def keep_io_types(value: Any) -> Any:
     """Olive's fp16 keep_io_types is a bool or a list of input/output names; Kiln's is a bool: a list keeps them all."""
     return bool(value) if isinstance(value, list) else value

@@ -28,6 +28,7 @@ from engine.olive.options import (
     keep_io_types,
     lower,
     upper,
+    weight_overrides,
 )
 
 
@@ -139,6 +140,19 @@ PASSES: dict[str, PassSpec] = {
         BLOCKWISE,
         {"algorithm": "hqq", "block_size": 128},
         dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
+    ),
+    # olive-ai's OnnxKQuantQuantization: k-quant scales over 32-weight blocks, MatMul only
+    "OnnxKQuantQuantization": PassSpec(
+        "int4_weights",
+        {
+            "bits": "bits",
+            "block_size": "block_size",
+            "accuracy_level": ("accuracy_level", lambda v: None if v in (None, 0, "unset") else v),
+            "customized_weight_config": ("overrides", weight_overrides),
+            "nodes_to_exclude": "nodes_to_exclude",
+        },
+        {"bits": 4, "block_size": 32, "accuracy_level": None, "customized_weight_config": None, "nodes_to_exclude": None},
+        {"algorithm": "k_quant", "block_size": 32},
     ),
     # each surgeon with Olive's name and options: graph_surgery takes them as they are
     "GraphSurgeries": PassSpec("graph_surgery", {"surgeries": "surgeries"}),
