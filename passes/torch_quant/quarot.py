@@ -8,7 +8,8 @@ RMSNorm scales fused into the next linears, a random Hadamard rotation of the re
 (R1) and, with ``rotate_heads``, of each attention head's values (R2). The online Hadamards
 QuaRot puts before down_proj and on the key/value cache need kernels a checkpoint cannot carry
 and are not applied, so activations stay float: this is the weight-only use of QuaRot, which
-Olive's ``QuaRot`` pass followed by its ``gptq`` or ``rtn`` pass makes too. The option names are
+Olive's ``QuaRot`` pass followed by its ``gptq`` or ``rtn`` pass makes too (``method: none`` is
+Olive's ``QuaRot`` alone: the rotated float checkpoint, for a following ``rtn`` or ``gptq`` step). The option names are
 Olive's (``seed``, ``rotate_mode`` of QuaRot; ``bits``, ``group_size``, ``sym``, ``lm_head``,
 ``modules_to_not_convert``, ``overrides`` of rtn and gptq, shared with Kiln's ``rtn``;
 ``calibration``, ``samples``, ``sequence_length``, ``damp_percent``, ``desc_act``, ``block_size``
@@ -59,7 +60,11 @@ class QuaRot(Pass):
         rotate_heads: bool = Field(
             True, description="Also rotate each attention head's values (v_proj outputs, o_proj inputs): QuaRot's R2."
         )
-        method: Literal["rtn", "gptq"] = Field("rtn", description="The quantizer after the rotation: round to nearest or GPTQ.")
+        method: Literal["rtn", "gptq", "none"] = Field(
+            "rtn",
+            description="The quantizer after the rotation: round to nearest or GPTQ; none writes the rotated float checkpoint "
+            "(Olive's QuaRot alone, for a following rtn or gptq step).",
+        )
         calibration: DatasetRef | None = Field(
             None,
             description="gptq: the dataset of calibration text, tokenized with the model's tokenizer (input_ids, attention_mask).",
@@ -92,12 +97,18 @@ class QuaRot(Pass):
         check_architecture(decoder.config)
         started = time.perf_counter()
         report = rotate_model(decoder, seed=cfg.seed, rotate_mode=cfg.rotate_mode, rotate_heads=cfg.rotate_heads)
+        record = {"rotation": {"method": "quarot", "seed": cfg.seed, "rotate_mode": cfg.rotate_mode, **report.to_json()}}
+        out = Path(ctx.output_dir)
+        if cfg.method == "none":
+            decoder.save_pretrained(out)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(out)
+            details = {"method": "none", **record, "seconds": round(time.perf_counter() - started, 3)}
+            return PassResult(model=ModelArtifact.from_folder("hf", out), details=details, notes=[*notes, *report.notes])
         extra, details = self._gptq_options(decoder, ctx) if cfg.method == "gptq" else ({}, {})
         torch.manual_seed(0)
         quantized = quantize_linear_layers(decoder, cfg.method, **cfg.quantizer_options(), **extra)  # type: ignore[arg-type]
         seconds = round(time.perf_counter() - started, 3)
-        record = {"rotation": {"method": "quarot", "seed": cfg.seed, "rotate_mode": cfg.rotate_mode, **report.to_json()}}
-        out = Path(ctx.output_dir)
         facts = write_checkpoint(
             decoder,
             tokenizer,

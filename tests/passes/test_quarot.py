@@ -311,3 +311,19 @@ def test_the_int4_build_computes_what_the_rotated_quantized_model_computes(famil
     got = np.asarray(generator.get_output("logits")).reshape(-1, expected.shape[-1])
     assert built.details["ops"]["MatMulNBits"] == 11
     np.testing.assert_allclose(got, expected, atol=1e-5 * max(1.0, float(np.abs(expected).max())))
+
+
+def test_method_none_writes_the_rotated_float_checkpoint_for_a_following_quantizer(tiny_llama: Any, tmp_path: Path) -> None:
+    from decoder_passes import PROMPT, run_pass
+
+    from passes.torch_quant.quarot import QuaRot
+    from passes.torch_quant.rtn import Rtn
+
+    rotated = run_pass(QuaRot, tiny_llama, tmp_path / "quarot", method="none")
+    assert rotated.details["method"] == "none" and "quantization_config" not in (rotated.model.path / "config.json").read_text()
+    ids = torch.tensor([PROMPT])
+    original = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama.path).eval()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(rotated.model.path).eval()
+    assert not torch.equal(loaded.model.embed_tokens.weight, original.model.embed_tokens.weight)
+    _assert_same_logits(logits(original, ids), logits(loaded, ids))
+    assert run_pass(Rtn, rotated.model, tmp_path / "rtn", group_size=32).details["quantized_modules"] == 14
