@@ -87,7 +87,12 @@ def _packed_state(
 
 def _config(model: torch.nn.Module, untie: bool) -> dict[str, Any]:
     """The model's config.json as a dict, with tied embeddings undone when ``untie``."""
-    config: dict[str, Any] = model.config.to_dict()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:  # config.json as save_pretrained writes it (the builder reads that)
+        model.config.save_pretrained(scratch)
+        config: dict[str, Any] = json.loads((Path(scratch) / "config.json").read_text())
+    config["architectures"] = config.get("architectures") or [type(model).__name__]
     if untie:
         config["tie_word_embeddings"] = False
         if isinstance(config.get("text_config"), dict):

@@ -1,0 +1,260 @@
+"""rtn and gptq (passes/torch_quant): the grid and packing by hand, GPTQ against RTN on one layer,
+and tiny random decoders of eight families quantized in PyTorch, built by genai_build at int4 and
+generating exactly the tokens of the fake-quantized PyTorch model with ONNX Runtime GenAI."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from decoder_passes import run_pass
+from decoders import tokenizer
+
+from engine.core import ModelArtifact, PassContext, PassError, PassResult
+from engine.core.data import Dataset
+from passes.generate.genai_build import GenaiBuild
+from passes.torch_quant._gptq import HessianAccumulator, gptq_quantize_weight
+from passes.torch_quant._grid import QuantSpec, dequantize, find_qparams, pack, quantize, unpack
+from passes.torch_quant._quantize import quantize_linear_layers, rtn_quantize_weight, write_checkpoint
+from passes.torch_quant.gptq import Gptq
+from passes.torch_quant.rtn import Rtn
+
+PROMPT = [5, 17, 33, 80, 12, 7, 41]
+NEW_TOKENS = 10
+#: family -> (transformers config class, options beyond the common ones)
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", {}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),
+    # the builder takes Phi-3 for LongRoPE when the two lengths differ
+    "phi3": ("Phi3Config", {"original_max_position_embeddings": 256}),
+    "mistral": ("MistralConfig", {}),
+    "gemma2": ("Gemma2Config", {"head_dim": 16, "sliding_window": 128, "tie_word_embeddings": True}),
+    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 128, "tie_word_embeddings": True}),
+    "smollm3": ("SmolLM3Config", {}),
+}
+#: families the model builder cannot build, even unquantized, with its reason
+BUILDER_REFUSES = {
+    "gemma3_text": "the model builder fails on Gemma 3's per-attention-type rope_parameters of transformers 5 "
+    "(builders/base.py make_rope_init: KeyError 'rope_type'), at fp32 too",
+}
+
+
+def test_rtn_of_a_known_matrix_is_the_hand_computed_grid() -> None:
+    weight = torch.tensor([[-1.0, 0.0, 0.5, 2.0]])
+    codes, scales, zeros = rtn_quantize_weight(weight, QuantSpec(bits=4, group_size=4, sym=False))
+    # range [-1, 2] over 15 steps: scale 0.2, zero round(1 / 0.2) = 5; 0.5 / 0.2 + 5 = 7.5 rounds to even 8
+    assert torch.allclose(scales, torch.tensor([[0.2]])) and zeros.tolist() == [[5]]
+    assert codes.tolist() == [[0, 5, 8, 15]]
+    assert torch.allclose(dequantize(codes, scales, zeros, QuantSpec(4, 4, False)), torch.tensor([[-1.0, 0.0, 0.6, 2.0]]))
+    codes, scales, zeros = rtn_quantize_weight(weight, QuantSpec(bits=4, group_size=4, sym=True))
+    # symmetric: scale 2 * 2 / 15, zero 8; 2.0 -> 15.5 clamps to 15
+    assert torch.allclose(scales, torch.tensor([[4 / 15]])) and zeros.tolist() == [[8]]
+    assert codes.tolist() == [[4, 8, 10, 15]]
+
+
+def test_groups_have_their_own_grid() -> None:
+    weight = torch.tensor([[0.0, 1.5, 0.0, 15.0]])
+    scales, zeros = find_qparams(weight, QuantSpec(bits=4, group_size=2, sym=False))
+    assert torch.allclose(scales, torch.tensor([[0.1, 1.0]])) and zeros.tolist() == [[0, 0]]
+
+
+@pytest.mark.parametrize(("bits", "count"), [(4, 64), (4, 7), (8, 5)])
+def test_unpack_inverts_pack(bits: int, count: int) -> None:
+    codes = torch.randint(0, 1 << bits, (3, count), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
+    packed = pack(codes, bits)
+    assert packed.dtype == torch.uint8 and packed.shape == (3, (count * bits + 7) // 8)
+    assert torch.equal(unpack(packed, bits, count), codes)
+
+
+def test_packing_puts_the_first_code_in_the_low_bits() -> None:
+    assert pack(torch.tensor([[1, 2, 15, 0]]), 4).tolist() == [[0x21, 0x0F]]
+
+
+def test_gptq_beats_rtn_on_a_layer_with_correlated_inputs() -> None:
+    gen = torch.Generator().manual_seed(0)
+    mixing = torch.randn(16, 128, generator=gen)
+    inputs = torch.randn(2048, 16, generator=gen) @ mixing + 0.05 * torch.randn(2048, 128, generator=gen)
+    weight = torch.randn(64, 128, generator=gen)
+    spec = QuantSpec(bits=4, group_size=32, sym=False)
+    accumulator = HessianAccumulator(128)
+    accumulator.add(inputs)
+    gptq = dequantize(*gptq_quantize_weight(weight, accumulator.hessian, spec), spec)
+    rtn = dequantize(*rtn_quantize_weight(weight, spec), spec)
+    reference = inputs @ weight.T
+    gptq_mse = float(((inputs @ gptq.T - reference) ** 2).mean())
+    rtn_mse = float(((inputs @ rtn.T - reference) ** 2).mean())
+    assert gptq_mse < 0.5 * rtn_mse, (gptq_mse, rtn_mse)
+    # act order with groups keeps every weight on the grid of its own (contiguous) group
+    codes, scales, zeros = gptq_quantize_weight(weight, accumulator.hessian, spec, desc_act=True)
+    assert torch.equal(codes, quantize(dequantize(codes, scales, zeros, spec), scales, zeros, spec))
+
+
+def _decoder(family: str, seed: int = 0) -> tuple[torch.nn.Module, Any]:
+    import transformers
+
+    tok = tokenizer()
+    cls, extra = FAMILIES[family]
+    config = getattr(transformers, cls)(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+        **{"tie_word_embeddings": False, **extra},
+    )
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config).eval(), tok
+
+
+def _torch_greedy(model: torch.nn.Module) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([PROMPT]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    return [int(t) for t in out[0, len(PROMPT) :]]
+
+
+def _og_greedy(folder: Path) -> list[int]:
+    """ONNX Runtime GenAI's greedy tokens (a cache of 256: Gemma's sliding window needs 128 at least)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=256, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    out: list[int] = []
+    while len(out) < NEW_TOKENS:
+        generator.generate_next_token()
+        out.append(int(generator.get_next_tokens()[0]))
+    return out
+
+
+def _build(folder: Path, root: Path) -> PassResult:
+    (root / "work").mkdir(parents=True)
+    ctx = PassContext(step_id="build", workdir=root / "work", output_dir=root / "onnx")
+    # accuracy level 1: float32 activations, as the PyTorch model computes
+    return GenaiBuild(GenaiBuild.Config(precision="int4", accuracy_level=1))(ModelArtifact.from_folder("hf", folder), ctx)
+
+
+def _quantize_and_build(family: str, root: Path) -> tuple[list[int], PassResult | PassError, dict[str, Any]]:
+    model, tok = _decoder(family)
+    batches = [torch.randint(0, len(tok), (1, 48), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    quantized = quantize_linear_layers(model, "gptq", 4, 32, False, lm_head=True, calibration_batches=batches)
+    write_checkpoint(model, tok, root / "hf", quantized, bits=4, group_size=32, sym=False, lm_head=True)
+    try:
+        built: PassResult | PassError = _build(root / "hf", root)
+    except PassError as error:
+        built = error
+    return _torch_greedy(model), built, quantized
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[int], PassResult | PassError, dict[str, Any]]]:
+    """Every family quantized with GPTQ (4 bits, groups of 32, lm_head too) and built at int4."""
+    import transformers
+
+    root = tmp_path_factory.mktemp("torch_quant")
+    for cls, _ in FAMILIES.values():  # transformers' lazy imports are not safe across threads
+        getattr(transformers, cls)
+    for family in FAMILIES:
+        _decoder(family)
+    with ThreadPoolExecutor(max_workers=4) as pool:  # the builder runs in subprocesses
+        futures = {family: pool.submit(_quantize_and_build, family, root / family) for family in FAMILIES}
+        return {family: future.result() for family, future in futures.items()}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_gptq_checkpoint_builds_to_int4_and_generates_like_the_fake_quantized_model(family: str, builds: dict[str, Any]) -> None:
+    reference, built, _ = builds[family]
+    if family in BUILDER_REFUSES:
+        assert isinstance(built, PassError) and "rope_type" in str(built)
+        pytest.skip(BUILDER_REFUSES[family])
+    assert isinstance(built, PassResult), built
+    # all 7 linears of a layer (the builder fuses q/k/v and gate/up: 4 MatMuls) and the head
+    assert built.details["ops"]["MatMulNBits"] == 2 * 5 + 1 and "MatMul" not in built.details["ops"]
+    assert _og_greedy(built.model.path) == reference
+
+
+def test_the_built_model_carries_the_checkpoint_codes(builds: dict[str, Any]) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    _, built, quantized = builds["llama"]
+    proto = onnx.load(str(built.model.path / "model.onnx"))
+    weights = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    item = quantized["model.layers.1.mlp.down_proj"]
+    qweight = weights["model.layers.1.mlp.down_proj.MatMulNBits.qweight"]  # (out, blocks, block bytes)
+    assert np.array_equal(qweight.reshape(qweight.shape[0], -1), pack(item.codes, 4).numpy())
+    scales = weights["model.layers.1.mlp.down_proj.MatMulNBits.scales"]
+    assert np.allclose(scales.reshape(item.scales.shape), item.scales.numpy())
+
+
+def _calibration_dataset(tok: Any) -> Dataset:
+    from decoders import TEXT
+
+    rows = [tok(line)["input_ids"][:32] for line in TEXT.splitlines() if line.strip()]
+    width = max(len(r) for r in rows)
+    ids = np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)
+    mask = np.array([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=np.int64)
+    return Dataset(inputs={"input_ids": ids, "attention_mask": mask})
+
+
+def test_gptq_pass_writes_mixed_precision_that_the_builder_keeps(tmp_path: Path) -> None:
+    import onnx
+
+    model, tok = _decoder("llama")
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    (tmp_path / "work").mkdir()
+    ctx = PassContext(
+        step_id="gptq", workdir=tmp_path / "work", output_dir=tmp_path / "q", datasets={"calib": lambda: _calibration_dataset(tok)}
+    )
+    config = Gptq.Config(calibration="calib", samples=8, sequence_length=64, group_size=32, overrides={"re:.*down_proj": {"bits": 8}})
+    result = Gptq(config)(ModelArtifact.from_folder("hf", tmp_path / "hf"), ctx)
+    assert result.model.format == "hf" and result.details["modules_by_bits"] == {"int4": 12, "int8": 2}
+    assert result.details["calibration"]["windows"] >= 2
+    quant = json.loads((tmp_path / "q" / "config.json").read_text())["quantization_config"]
+    assert quant["quant_method"] == "olive" and quant["bits"] == 4 and quant["group_size"] == 32
+    assert quant["overrides"] == {f"model.layers.{i}.mlp.down_proj": {"bits": 8, "group_size": 32, "symmetric": False} for i in (0, 1)}
+    built = _build(tmp_path / "q", tmp_path / "b")
+    proto = onnx.load(str(built.model.path / "model.onnx"), load_external_data=False)
+    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in proto.graph.node if n.op_type == "MatMulNBits"}
+    assert {name for name, b in bits.items() if b == 8} == {f"/model/layers.{i}/mlp/down_proj/MatMulNBits" for i in (0, 1)}
+
+
+def test_rtn_pass_leaves_lm_head_in_float_by_default(tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    model, tok = _decoder("qwen2")
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    result = run_pass(Rtn, ModelArtifact.from_folder("hf", tmp_path / "hf"), tmp_path, group_size=32, sym=True)
+    with safe_open(str(result.model.path / "model.safetensors"), "pt") as handle:
+        names = set(handle.keys())
+    assert "lm_head.weight" in names and "model.layers.0.self_attn.q_proj.qweight" in names
+    assert "model.layers.0.self_attn.q_proj.qzeros" not in names  # symmetric: MatMulNBits' default zero point
+    assert "model.layers.0.self_attn.q_proj.bias" in names  # Qwen2's q/k/v biases are kept
+    assert result.details["quantized_modules"] == 14
+
+
+def test_a_group_size_that_does_not_divide_is_refused() -> None:
+    model, _ = _decoder("llama")
+    with pytest.raises(ValueError, match="group_size 256 does not divide the 64 input features"):
+        quantize_linear_layers(model, "rtn", 4, 256)
+
+
+def test_an_override_pattern_that_is_no_regex_is_refused() -> None:
+    with pytest.raises(ValueError, match="is not a regular expression"):
+        Rtn.Config(overrides={"re:(": {"bits": 8}})
