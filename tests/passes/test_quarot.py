@@ -327,3 +327,28 @@ def test_method_none_writes_the_rotated_float_checkpoint_for_a_following_quantiz
     assert not torch.equal(loaded.model.embed_tokens.weight, original.model.embed_tokens.weight)
     _assert_same_logits(logits(original, ids), logits(loaded, ids))
     assert run_pass(Rtn, rotated.model, tmp_path / "rtn", group_size=32).details["quantized_modules"] == 14
+
+
+def test_a_torch_factory_input_is_rotated_and_quantized(tmp_path: Path) -> None:
+    import json
+
+    from decoder_passes import run_pass
+
+    from engine.core import ModelArtifact
+    from passes.torch_quant.quarot import QuaRot
+
+    factory = (
+        "import torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from decoders import config, tokenizer\n\n\n"
+        "def make():\n"
+        "    tok = tokenizer()\n"
+        "    torch.manual_seed(0)\n"
+        "    return AutoModelForCausalLM.from_config(config('llama', len(tok), hidden=64)).eval(), tok\n"
+    )
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.py").write_text(factory)
+    (tmp_path / "model" / "factory.json").write_text(json.dumps({"file": "model.py", "function": "make"}))
+    result = run_pass(QuaRot, ModelArtifact.from_folder("torch", tmp_path / "model"), tmp_path / "run", group_size=32)
+    assert result.model.format == "hf" and result.details["quantized_modules"] == 14
+    assert any("saved make()'s model and tokenizer" in note for note in result.notes)
