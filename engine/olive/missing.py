@@ -15,7 +15,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "mixedprecisionoverrides",
         "autoclip",
     ),
-    "rotates or prunes the PyTorch model's weights: Kiln has no such pass": ("quarot", "spinquant", "slicegpt", "sparsegpt"),
+    "rotates or prunes the PyTorch model's weights: Kiln has no such pass (its quarot does QuaRot)": ("spinquant", "slicegpt", "sparsegpt"),
     "fine-tunes the model (adapters): Kiln does not train": (
         "lora",
         "qlora",
