@@ -142,7 +142,9 @@ PASSES: dict[str, PassSpec] = {
         dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
     ),
     # Olive's QuaRot rotates and writes a float checkpoint; the gptq or rtn step after it quantizes
-    "QuaRot": PassSpec("quarot", {"seed": "seed", "rotate_mode": "rotate_mode"}, {"seed": 0, "rotate_mode": "hadamard"}, {"method": "none"}),
+    "QuaRot": PassSpec(
+        "quarot", {"seed": "seed", "rotate_mode": "rotate_mode"}, {"seed": 0, "rotate_mode": "hadamard"}, {"method": "none"}
+    ),
     # olive-ai's OnnxKQuantQuantization: k-quant scales over 32-weight blocks, MatMul only
     "OnnxKQuantQuantization": PassSpec(
         "int4_weights",
