@@ -4,12 +4,12 @@ Every arrow of the flow is a function; the CLI only renders what they return."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from engine.execute.environments import prepare
 from engine.execute.executor import LocalExecutor, memory_workers
 from engine.execute.hooks import Hooks
 from engine.execute.prestart import run_libraries
+from engine.execute.protocol import Executor
 from engine.execute.runner import Runner
 from engine.search.search import search
 from engine.select.front import select_all
@@ -23,11 +23,12 @@ def run_workflow(
     resolved: ResolvedWorkflow,
     store: Store,
     hooks: Hooks | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
     workers: int | None = None,
     exclusive_timing: bool = True,
 ) -> RunReport:
-    """Run the search the workflow asks for (cache first), then rank the candidates. ``workers``:
+    """Run the search the workflow asks for (cache first), then rank the candidates. ``executor``
+    runs the jobs (engine.execute.protocol; None: worker processes on this machine). ``workers``:
     how many jobs at once (None: the executor's default: locally one per core, at most 4 and as
     many as the memory available holds for the input model's size; the cluster's CPUs on Ray)."""
     started = time.perf_counter()
@@ -35,16 +36,14 @@ def run_workflow(
     store.ensure().clean_stale_staging()  # what killed runs left half-written
     executor = executor if executor is not None else LocalExecutor(store)
     if workers is None:
-        default = getattr(executor, "default_workers", None)
-        workers = default() if default is not None else 1
-        if getattr(executor, "local", False):  # as many as this machine's memory holds
+        workers = executor.default_workers() or 1  # None: one at a time
+        if executor.local:  # as many as this machine's memory holds
             workers = min(workers, memory_workers(path_bytes(resolved.input.path)))
-    if hasattr(executor, "warm"):  # pooled workers start while the engine prepares, hashes and plans
-        executor.warm(workers)
+    executor.warm(workers)  # pooled workers start while the engine prepares, hashes and plans
     try:
         prepare(resolved, store.root, build=True, hooks=hooks)  # before any job: its targets are checked in them
         runner = Runner(resolved, store, hooks, executor, workers=workers, exclusive_timing=exclusive_timing)
-        if hasattr(executor, "preload") and has_work(runner):  # a re-run served by the store imports nothing
+        if has_work(runner):  # a re-run served by the store imports nothing
             executor.preload(run_libraries(resolved))
         runner.materialize_datasets()
         try:
@@ -52,9 +51,7 @@ def run_workflow(
         finally:
             runner.datasets_done()
     finally:
-        close = getattr(executor, "close", None)
-        if close is not None:
-            close()
+        executor.close()
     report = runner.report(started)
     select_all(resolved, report.results)
     return report

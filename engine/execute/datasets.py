@@ -13,7 +13,9 @@ from typing import Any
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import InputError
 from engine.core.refs import RefKind, referenced
+from engine.execute.gate import Gate
 from engine.execute.hooks import Hooks
+from engine.execute.protocol import Executor
 from engine.plan import keys
 from engine.plan.jobs import DatasetInput, WorkOrder
 from engine.store.store import Store
@@ -56,7 +58,7 @@ class Datasets:
             }
             self.keys[name], self.docs[name] = keys.dataset_key(entry.cls, entry.config, file_digests, input_model.digest)
 
-    def materialize(self, executor: Any, hooks: Hooks, gate: Any = None) -> None:
+    def materialize(self, executor: Executor, hooks: Hooks, gate: Gate | None = None) -> None:
         """Read every dataset the store does not have yet (those built from a model's signature
         are built where that model is, by the job that reads them); with a ``gate`` (engine.execute.gate)
         each read takes a place in it, as a pass does."""
@@ -69,7 +71,7 @@ class Datasets:
             for event in self.ready.values():
                 event.set()
 
-    def _materialize(self, name: str, entry: Any, executor: Any, hooks: Hooks, gate: Any) -> None:
+    def _materialize(self, name: str, entry: Any, executor: Executor, hooks: Hooks, gate: Gate | None) -> None:
         key = self.keys[name]
         record = self.store.lookup(key)
         if record is None:

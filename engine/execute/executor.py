@@ -10,24 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.execute.pool import WorkerPool, preload_modules
 from engine.execute.prestart import MAX_DEFAULT_WORKERS, adopt_prestarted, local_workers, pooling_enabled, worker_env
+from engine.execute.protocol import Outcome
 from engine.plan.jobs import WorkOrder
 from engine.store.locks import job_lock
 from engine.store.store import Store, write_json_atomic
-
-
-@dataclass
-class Outcome:
-    ok: bool
-    record: dict[str, Any] | None = None
-    error: str | None = None
-    log: Path | None = None
-    shared: bool = False  # another run built it while this one waited: nothing ran here
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -172,9 +162,10 @@ def run_on_node(python: str, job_file: str, log_path: str, timeout_s: float | No
 
 
 class LocalExecutor:
-    """Worker processes on this machine: warm pooled workers (engine.execute.pool) for this interpreter,
-    a fresh process per job for others (isolated environments) or with ``KILN_POOL=0``. How many
-    run at once is the gate's business (engine.execute.gate); the executor only runs what it is given."""
+    """The ``Executor`` (engine.execute.protocol) of worker processes on this machine: warm pooled
+    workers (engine.execute.pool) for this interpreter, a fresh process per job for others
+    (isolated environments) or with ``KILN_POOL=0``. How many run at once is the gate's business
+    (engine.execute.gate); the executor only runs what it is given."""
 
     def __init__(self, store: Store, python: str | None = None, pool: bool | None = None) -> None:
         self.store = store
@@ -193,6 +184,8 @@ class LocalExecutor:
 
     #: jobs run on this machine, in its memory (a cluster's executor says False)
     local = True
+    #: a timing job shares this machine's cores with every other job: it runs alone
+    timing_holds_machine = True
 
     def default_workers(self) -> int:
         """How many jobs run at once without ``--workers`` (``local_workers``)."""
@@ -214,7 +207,7 @@ class LocalExecutor:
         self._stop.set()
 
     def close(self) -> None:
-        """End the pooled workers (the run is over)."""
+        """End the pooled workers (the run is over); again, nothing more."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:

@@ -1,7 +1,8 @@
 """How much runs at once: up to N jobs share the machine; a timing job has it to itself.
 
 On a 2-core machine a latency measured next to a running pass measures the pass, not the
-model, so timing evaluations take the gate exclusively unless the user opts out.
+model, so timing evaluations take the gate exclusively unless the user opts out (or the executor
+gives every job hardware of its own: ``Executor.timing_holds_machine``).
 """
 
 from __future__ import annotations

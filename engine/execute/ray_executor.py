@@ -24,7 +24,13 @@ from engine.store.store import Store
 
 
 class RayExecutor(LocalExecutor):
+    """The ``Executor`` (engine.execute.protocol) of Ray tasks: ``run``, ``stop`` and ``close``
+    are the local executor's around ``execute``, which sends the job to a node."""
+
+    #: jobs run on the cluster's nodes, in their memory
     local = False
+    #: a node runs several jobs at once, and the engine cannot tell which node a timing job lands on
+    timing_holds_machine = True
 
     def __init__(self, store: Store, address: str | None = None, targets: Any = None, python: str | None = None) -> None:
         super().__init__(store, python, pool=False)  # no pool here: each Ray worker keeps its own
@@ -50,6 +56,12 @@ class RayExecutor(LocalExecutor):
         job asks for one unless its target's ``resources`` say otherwise), so the cluster is kept
         busy; timing evaluations still run alone (engine.execute.gate)."""
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+
+    def warm(self, count: int) -> None:
+        """Nothing to start here: each Ray worker process starts its own warm worker with its first job."""
+
+    def preload(self, libraries: list[str]) -> None:
+        """Nothing to import ahead: a node's warm worker imports what its jobs need as they come."""
 
     def _options(self, job: WorkOrder) -> dict[str, Any]:
         target = job.target.config.get("id") if job.target else None

@@ -26,6 +26,7 @@ from engine.execute.evaluation import candidate_evaluations, evaluate
 from engine.execute.executor import LocalExecutor
 from engine.execute.gate import Gate
 from engine.execute.hooks import Fanout, Hooks, Tally
+from engine.execute.protocol import Executor
 from engine.plan.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_python, target_ref
 from engine.plan.planner import Candidate, Plan
 from engine.select.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
@@ -50,7 +51,7 @@ class Runner:
         resolved: ResolvedWorkflow,
         store: Store,
         hooks: Hooks | None = None,
-        executor: Any = None,
+        executor: Executor | None = None,
         plan: Plan | None = None,
         workers: int = 1,
         exclusive_timing: bool = True,
@@ -59,9 +60,10 @@ class Runner:
         self.store = store.ensure()
         self.stats = Stats()
         self.hooks = Fanout(Tally(self.stats), hooks or Hooks())
-        self.executor = executor or LocalExecutor(self.store)
+        self.executor: Executor = executor if executor is not None else LocalExecutor(self.store)
         self.plan = plan or Plan(resolved)
-        self.gate = Gate(workers, exclusive_timing)
+        # timing jobs run alone unless the user lets them overlap or the executor gives each job its own hardware
+        self.gate = Gate(workers, exclusive_timing and self.executor.timing_holds_machine)
         self.input = input_artifact(resolved, self.store)
         self.datasets = Datasets(resolved, self.store, self.input)
         self.evaluations = candidate_evaluations(resolved)

@@ -264,7 +264,5 @@ def search(runner: Runner) -> None:
                 TargetSearch(runner, target, started, pool).run()
         except BaseException:
             # interrupted: the pool would wait for its threads' jobs; their workers are killed instead
-            stop = getattr(runner.executor, "stop", None)
-            if stop is not None:
-                stop()
+            runner.executor.stop()
             raise

@@ -9,6 +9,8 @@ import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
 from engine import registry
+from engine.conformance import executor_conformance_tests
+from engine.execute.ray_executor import RayExecutor
 from engine.run import run_workflow
 from engine.store.store import Store
 from engine.workflow import load_workflow
@@ -36,9 +38,16 @@ def local_cluster():
     registry.load.cache_clear()
 
 
-def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onnx, local_cluster):
-    from engine.execute.ray_executor import RayExecutor
+# the executor conformance checks, on the cluster the module starts
+globals().update(
+    {
+        name: pytest.mark.usefixtures("local_cluster")(test)
+        for name, test in executor_conformance_tests(RayExecutor, name="ray_executor").items()
+    }
+)
 
+
+def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onnx, local_cluster):
     workflow = tiny_workflow(tiny_onnx)
     workflow["targets"][0]["resources"] = {"CPU": 1}
     workflow["select"] = {"objective": {"metric": "fidelity.max_abs_error", "goal": "min"}, "constraints": []}
@@ -53,8 +62,6 @@ def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onn
 
 
 def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(tmp_path, tiny_onnx, local_cluster):
-    from engine.execute.ray_executor import RayExecutor
-
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     # two paths from the input, one sleeping pass each: the cluster (2 CPUs) runs both at once
     workflow["steps"] = [{"id": "a", "pass": "sleep", "config": {"seconds": 3.0}}, {"id": "b", "pass": "sleep", "config": {"seconds": 3.1}}]
@@ -71,8 +78,6 @@ def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(t
 
 
 def test_ray_workers_stay_warm_between_jobs_and_a_crash_stays_in_its_worker(tmp_path, tiny_onnx, local_cluster):
-    from engine.execute.ray_executor import RayExecutor
-
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     chain = [{"id": f"p{i}", "pass": "pid", "config": {"tag": f"p{i}"}, **({"after": f"p{i - 1}"} if i else {})} for i in range(5)]
     workflow["steps"] = [{"id": "bad", "pass": "crash"}, *chain]

@@ -9,8 +9,8 @@ import sys
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine.execute import runner as runner_module
 from engine.core.errors import InputError
+from engine.execute import runner as runner_module
 from engine.plan.planner import build_plan
 from engine.report.emit import write_outputs
 from engine.run import run_workflow
