@@ -4,14 +4,8 @@ from __future__ import annotations
 
 #: why an Olive pass Kiln has no pass for is not carried over, by family (lower-cased type → reason)
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "quantizes the PyTorch model's weights before export: Kiln quantizes ONNX weights instead (int4_weights: "
-    "algorithm rtn, hqq or gptq; genai_build: precision int4)": (
-        "gptq",
-        "gptqmodel",
-        "gptqquantizer",
-        "rtn",
+    "quantizes the PyTorch model's weights with a method Kiln's torch_quant passes (rtn, gptq, quarot) do not have": (
         "autoawqquantizer",
-        "selectivemixedprecision",
         "mixedprecisionoverrides",
         "autoclip",
     ),

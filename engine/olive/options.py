@@ -60,6 +60,42 @@ def weight_overrides(value: Any) -> Any:
     }
 
 
+def _is_embedding(name: str) -> bool:
+    return "embed_tokens" in name or name.rstrip("*$").endswith(("wte", "embed_in", "embeddings"))
+
+
+def torch_overrides(value: Any) -> Any:
+    """Olive's per-module overrides of its PyTorch quantizers (``{name | re:<regex>: {bits,
+    symmetric, group_size}}``) as Kiln's (``sym`` for ``symmetric``); an embedding's entry is left
+    out: the model builder reads an Olive checkpoint's embeddings in float (``embeds`` says why)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for name, spec in value.items():
+        if _is_embedding(str(name)):
+            continue
+        out[name] = {("sym" if k == "symmetric" else k): v for k, v in spec.items()} if isinstance(spec, dict) else spec
+    return out
+
+
+def gptqmodel_dynamic(value: Any) -> Any:
+    """GPTQModel's ``dynamic`` (``{"+:<regex>": {bits, sym, group_size, ...}}``: a positive match
+    gets these options; ``-:<regex>`` skips the module) as Kiln's overrides (``re:<regex>``); a
+    skip stays a float module (bits 16 is not a Kiln override: such entries are left out)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for pattern, spec in value.items():
+        text = str(pattern)
+        if text.startswith("-:") or not isinstance(spec, dict):
+            continue
+        regex = text[2:] if text.startswith("+:") else text
+        if _is_embedding(regex):
+            continue
+        out[f"re:{regex}"] = {k: v for k, v in spec.items() if k in ("bits", "sym", "group_size")}
+    return out
+
+
 def keep_io_types(value: Any) -> Any:
     """Olive's fp16 keep_io_types is a bool or a list of input/output names; Kiln's is a bool: a list keeps them all."""
     return bool(value) if isinstance(value, list) else value
@@ -67,6 +103,43 @@ def keep_io_types(value: Any) -> Any:
 
 #: how Olive writes an ONNX output; Kiln writes weights over ~1.8 GB as external data by itself
 EXTERNAL_DATA = ("save_as_external_data", "all_tensors_to_one_file", "external_data_name", "size_threshold", "convert_attribute")
+
+#: Olive's PyTorch weight quantizers (olive/passes/pytorch/quant_utils.py get_quantizer_config) → Kiln's torch_quant passes
+TORCH_QUANT: dict[str, Option] = {
+    "bits": "bits",
+    "group_size": "group_size",
+    "sym": "sym",
+    "lm_head": "lm_head",
+    "modules_to_not_convert": "modules_to_not_convert",
+}
+TORCH_QUANT_DEFAULTS = {
+    "bits": 4,
+    "group_size": 128,
+    "sym": False,
+    "lm_head": False,
+    "quantize_vision": False,
+    "embeds": False,
+    "moe": False,
+    "modules_to_not_convert": None,
+    "overrides": None,
+}
+TORCH_QUANT_DROPPED = {
+    "embeds": "the model builder reads an Olive-format checkpoint's embeddings in float, so Kiln leaves them float "
+    "(genai_build quantizes the Gather with op_types_to_quantize: [MatMul, Gather])",
+    "quantize_vision": "Kiln's torch_quant passes quantize a decoder's layers; a vision tower stays float",
+    "moe": "Kiln's torch_quant passes leave mixture-of-experts modules float",
+    "moe_fallback_threshold": "Kiln's torch_quant passes leave mixture-of-experts modules float",
+    "moe_fallback_min_k_multiple": "Kiln's torch_quant passes leave mixture-of-experts modules float",
+    "device": "Kiln quantizes on the CPU",
+    "static_groups": "Kiln's gptq always takes each group's scale from the original weights with act order (static groups)",
+    "true_sequential": "Kiln's gptq quantizes a layer's modules in order, each on the inputs the earlier ones leave",
+    "damp_auto_increment": "Kiln's gptq raises the dampening by itself when a Cholesky factor fails",
+    "mse": "Kiln's gptq takes each group's scale from its min and max (no MSE search)",
+    "rotation": "add a quarot step before gptq for the rotation",
+    "layers_block_name": "Kiln finds the decoder layers of the model by itself",
+    "outside_layer_modules": "Kiln finds the decoder layers of the model by itself",
+    "inside_layer_modules": "Kiln finds the decoder layers of the model by itself",
+}
 
 QUANT_OPTIONS: dict[str, Option] = {
     "quant_mode": "mode",
