@@ -11,7 +11,9 @@ calibration inputs ``X`` of the layer; its Hessian is ``H = 2 X Xᵀ`` (accumula
 - dampening: ``λ = damp_percent · mean(diag H)`` added to the diagonal ("Step 3: Cholesky
   Reformulation", numerical stability);
 - ``H⁻¹`` through its Cholesky factor: ``U = chol(H⁻¹)ᵀ`` (upper), whose rows give the error
-  propagation of the remaining columns (section 4, "Step 3");
+  propagation of the remaining columns (section 4, "Step 3"); computed on one thread
+  (``inverse_cholesky``): MKL's factorization depends on the thread count, and the codes written
+  must not depend on the machine or the worker's threads;
 - columns processed in blocks of ``block_size`` ("Step 2: Lazy Batch-Updates"): inside a block each
   column is rounded, its error ``(w - q) / U_jj`` propagated to the block's later columns, and the
   block's accumulated errors applied to every later column in one matrix product;
@@ -57,6 +59,21 @@ class HessianAccumulator:
         self.hessian += rows.t() @ rows
 
 
+def inverse_cholesky(hessian: torch.Tensor) -> torch.Tensor:
+    """``chol(H⁻¹)ᵀ`` (upper), computed on one thread: torch's Cholesky factorization and inverse
+    (MKL's LAPACK) give results that depend on the number of threads (measured: 1 and 2 threads
+    differ in the last bits, and so do the quantized codes), and one thread gives the same
+    factor on every machine, whatever its cores or the worker's thread setting."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hessian)), upper=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def gptq_quantize_weight(  # long: Algorithm 1 reads best as one loop, as in the paper
     weight: torch.Tensor,
     hessian: torch.Tensor,
@@ -91,7 +108,7 @@ def gptq_quantize_weight(  # long: Algorithm 1 reads best as one loop, as in the
     W, H = W[:, perm], H[perm][:, perm]
 
     H[range(columns), range(columns)] += damp_percent * torch.mean(torch.diag(H))
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    U = inverse_cholesky(H)
 
     column_grid = QuantSpec(spec.bits, -1, spec.sym)  # one column against its group's grid
     Q = torch.zeros_like(W)
