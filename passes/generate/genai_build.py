@@ -12,7 +12,11 @@ factory whose function returns ``(PreTrainedModel, tokenizer)``; both are saved 
 The builder prints and draws progress bars: it runs as a subprocess
 (``python -m onnxruntime_genai.models.builder``) whose output goes to ``builder.log`` in the
 step's workdir, with its cache folder there too. It reads the local folder only (Hugging Face
-offline mode, no token).
+offline mode, no token). It runs with ``GIT_DIR`` pointing at no repository: the builder stamps
+the model's ``producer_version`` with the commit ``git rev-parse HEAD`` gives in the folder five
+levels above its own files, which for an environment inside a git checkout (``.venv/lib`` of a
+project) is the checkout's current commit, so the model's bytes changed with every commit made
+there; without git it stamps the wheel's own commit (``onnxruntime_genai.__commit__``).
 
 The options are the builder's (``precision``, ``block_size``, ``accuracy_level``, ``is_symmetric``,
 ``algo_config``, ``op_types_to_quantize``), under the builder's names; the quantization options
@@ -152,7 +156,7 @@ class GenaiBuild(GenaiPass):
             *extra,
         ]
         log = workdir / "builder.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "GIT_DIR": os.devnull}
         started = time.perf_counter()
         with log.open("w") as handle:
             done = subprocess.run(
