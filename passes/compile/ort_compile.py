@@ -13,6 +13,10 @@ target-dependent. A compiled model loads only with that provider (and the same l
 the OpenVINO EP checks the OpenVINO SDK version written into the node). Compiling for providers
 that take no node is an error that says so (``ERROR_IF_NO_NODES_COMPILED``): the CPU provider
 compiles nothing.
+
+The compilation runs in a fresh process (``passes.compile._compile_child``): the OpenVINO EP
+numbers its subgraphs with a counter that lives as long as the process and writes the number into
+the EPContext node and the blob, so a second compilation in one process wrote other bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.core import KilnError, ModelArtifact, PassConfig, PassContext, PassResult
-from passes.common.graph_tools import qualified_op_counts, quiet_library
+from passes.common.graph_tools import qualified_op_counts
 from passes.common.onnx_io import MODEL_FILE, OnnxPass
 from passes.common.pass_io import onnx_output, open_onnx_input, require
 from passes.compile._target import CPU, target_providers
@@ -83,28 +87,22 @@ class OrtCompile(OnnxPass):
         out_dir = Path(ctx.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         out_file = out_dir / MODEL_FILE
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        providers.session_options(onnxruntime, options)
-        compiler = onnxruntime.ModelCompiler(
-            options,
-            str(given.source),
-            embed_compiled_data_into_model=cfg.embed,
-            flags=onnxruntime.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED,
-            graph_optimization_level=getattr(onnxruntime.GraphOptimizationLevel, _LEVELS[cfg.graph_optimization_level]),
-        )
+        request = {
+            "source": str(Path(given.source).resolve()),
+            "output": str(out_file.resolve()),
+            "embed": cfg.embed,
+            "level": _LEVELS[cfg.graph_optimization_level],
+            **providers.to_json(),
+        }
         started = time.perf_counter()
-        with quiet_library() as messages:
-            try:
-                compiler.compile_to_file(str(out_file))
-            except Exception as error:
-                if "unable to compile any nodes" in str(error).lower():
-                    raise KilnError(
-                        f"no node of the model was compiled: {', '.join(compiling)} took none of it (onnxruntime: {error})"
-                    ) from error
-                raise
+        answer = _compile_in_child(request, given.workdir)
         seconds = round(time.perf_counter() - started, 3)
-        return onnx_output(model, ctx, self._details(given.graph, out_dir, providers.to_json(), list(messages), seconds), [])
+        error = answer["error"]
+        if error is not None and "unable to compile any nodes" in error.lower():
+            raise KilnError(f"no node of the model was compiled: {', '.join(compiling)} took none of it (onnxruntime: {error})")
+        if error is not None:
+            raise RuntimeError(f"onnxruntime's compile API failed: {answer['type']}: {error}")
+        return onnx_output(model, ctx, self._details(given.graph, out_dir, providers.to_json(), answer["warnings"], seconds), [])
 
     def _details(self, before: Any, out_dir: Path, providers: dict[str, Any], messages: list[str], seconds: float) -> dict[str, Any]:
         import onnx
@@ -137,3 +135,22 @@ class OrtCompile(OnnxPass):
         onnx.checker.check_model(model)
         if not any(node.op_type == EP_CONTEXT for node in model.graph.node):
             raise ValueError("the compiled model has no EPContext node")
+
+
+def _compile_in_child(request: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Compile in a fresh process (``passes.compile._compile_child``: why, there); its answer."""
+    import json
+    import subprocess
+    import sys
+
+    from passes.compile import _compile_child
+
+    done = subprocess.run(
+        [sys.executable, _compile_child.__file__], input=json.dumps(request), capture_output=True, text=True, cwd=workdir, check=False
+    )
+    answers = [line[len(_compile_child.MARKER) :] for line in done.stdout.splitlines() if line.startswith(_compile_child.MARKER)]
+    if done.returncode != 0 or not answers:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
+        raise RuntimeError(f"the onnxruntime compile process exited {done.returncode} without an answer; the end of its output:\n{tail}")
+    answer: dict[str, Any] = json.loads(answers[-1])
+    return answer
