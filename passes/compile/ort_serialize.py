@@ -22,7 +22,9 @@ optimizers run again and find little left to do.
 ``ort_format: true`` also writes the model in the ORT format (``model.ort`` beside ``model.onnx``,
 same level), the format of onnxruntime's minimal builds (mobile, web). It travels with the artifact;
 the artifact's format stays ``onnx`` because that is what the target and every later pass open (a
-pass produces one format, and no Kiln target runs a minimal build).
+pass produces one format, and no Kiln target runs a minimal build). onnxruntime lays the ORT file
+out differently at every save (same content); the pass rewrites it in one fixed layout
+(``passes.compile._ort_format``), so that the same input and config give the same bytes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.graph_tools import contrib_ops, qualified_op_counts, quiet_library
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.common.pass_io import onnx_output, open_onnx_input, require
+from passes.compile._ort_format import canonicalize_ort_file
 from passes.compile._target import CPU, Providers, target_providers
 
 _OPTIMIZED_FILE = "optimized.onnx"
@@ -108,11 +111,11 @@ class OrtSerialize(OnnxPass):
         out_file = save_onnx(output, out_dir)
         optimized.unlink()
         (workdir / _OPTIMIZED_DATA).unlink(missing_ok=True)
-        ort_bytes = None
+        ort_bytes, ort_canonical = None, True
         if cfg.ort_format:
             if large:
                 raise ValueError("the ORT format holds no external data: a model over 1.8 GB cannot be written as ORT")
-            messages += self._optimize(onnxruntime, given.source, out_dir / ORT_FILE, providers, large=False, ort_format=True)
+            ort_canonical = self._write_ort(onnxruntime, given.source, out_dir / ORT_FILE, providers, messages)
             ort_bytes = (out_dir / ORT_FILE).stat().st_size
 
         counts_in, counts_out = qualified_op_counts(given.graph), qualified_op_counts(output)
@@ -133,7 +136,7 @@ class OrtSerialize(OnnxPass):
             "library_warnings": messages,
             "seconds": seconds,
         }
-        notes = []
+        notes = [] if ort_canonical else [f"{ORT_FILE} is laid out as onnxruntime wrote it: its bytes may differ from one run to the next"]
         if cfg.level != "basic":
             notes.append(
                 f"optimized at level {cfg.level} for {', '.join(providers.names)}: the model is meant for these execution providers"
@@ -141,6 +144,12 @@ class OrtSerialize(OnnxPass):
             )
         ctx.logger.debug("ort_serialize %s: %d -> %d nodes", ctx.step_id, details["nodes_before"], details["nodes_after"])
         return onnx_output(model, ctx, details, notes)
+
+    def _write_ort(self, onnxruntime: Any, source: Path, path: Path, providers: Providers, messages: list[str]) -> bool:
+        """Write the ORT format file at ``path`` in its canonical layout (False: onnxruntime's own, see
+        ``passes.compile._ort_format``); onnxruntime's messages are added to ``messages``."""
+        messages += self._optimize(onnxruntime, source, path, providers, large=False, ort_format=True)
+        return canonicalize_ort_file(path)  # onnxruntime lays the file out differently at every save
 
     def _optimize(
         self, onnxruntime: Any, source: Path, path: Path, providers: Providers, large: bool, ort_format: bool = False
