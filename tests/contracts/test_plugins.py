@@ -17,11 +17,11 @@ EXAMPLES = {
     "datasources:jsonl": {"source": "jsonl", "path": "data.jsonl", "text_column": "text"},
 }
 
-#: passes run twice on a tiny ONNX model, with their config there (None: the example's). Not here: torch_export and openvino_convert (they need
-#: torch / OpenVINO and a model of their own formats; their tests run them), ort_fusion (reads the
-#: workflow's input model for the model type), the nncf_* passes (OpenVINO, seconds each) and
-#: ort_quantize_accuracy (needs a dataset and an evaluation), the inc_* passes (they run in their own
-#: environment; tests/passes/test_inc_quantize.py runs them there).
+#: passes run twice on a tiny ONNX model, with their config there (None: the example's). The other
+#: built-in passes (and these with other options, on a BERT export) run twice on inputs of their own
+#: in tests/contracts/test_pass_determinism.py: the exports, ort_fusion, graph_surgery, ort_serialize,
+#: ort_quantize_accuracy, the OpenVINO / NNCF passes, the decoder and PyTorch quantization passes, and
+#: ort_compile and the inc_* passes in their own environments.
 DETERMINISTIC = {"fp16": None, "int4_weights": None, "onnx_simplify": None, "ort_graph_optimize": None, "ort_quantize": {}}
 
 globals().update(conformance_tests(examples=EXAMPLES, deterministic=DETERMINISTIC))
