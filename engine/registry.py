@@ -43,6 +43,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "gptq": "passes.torch_quant.gptq:Gptq",
         "decoder_export": "passes.generate.decoder_export:DecoderExport",
         "quarot": "passes.torch_quant.quarot:QuaRot",
+        "selective_mixed_precision": "passes.torch_quant.selective_mixed_precision:SelectiveMixedPrecision",
     },
     "evaluators": {
         "latency": "evaluators.latency:Latency",

@@ -69,6 +69,14 @@ def weights_of(model: onnx.ModelProto) -> list[Weight]:
     return found
 
 
+def weight_named(name: str, size: int) -> Weight:
+    """A candidate known by its name alone (a torch module's, ``model.layers.3.mlp.down_proj``):
+    its role and layer read from the name, as ``weights_of`` reads them from ONNX node names."""
+    role = next((r for r, p in _ROLE_PATTERNS.items() if p.search(name)), None)
+    layer = _LAYER.search(name)
+    return Weight(name, name, role, int(layer.group(1)) if layer else None, size)
+
+
 def k_quant_preset(weights: list[Weight], algorithm: str) -> list[str]:
     """Olive's k_quant_* presets: the LM head; for k_quant_down also the MLP down projection, for
     k_quant_mixed also q/k/v, of the first and last eighth of the layers and every third between."""

@@ -10,6 +10,7 @@ module's bits from the checkpoint).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -76,6 +77,51 @@ class TorchQuantConfig(PassConfig):
         }
 
 
+MIXED_PRECISION_KEY = "mixed_precision_info"  # Olive's model attribute, kept in config.json
+
+
+def mixed_precision_info(folder: Path) -> dict[str, Any]:
+    """The ``mixed_precision_info`` of a Hugging Face folder's config.json (empty when it has none)."""
+    info = json.loads((Path(folder) / "config.json").read_text()).get(MIXED_PRECISION_KEY) or {}
+    if not isinstance(info, dict) or not isinstance(info.get("overrides", {}), dict):
+        raise ValueError(f"{folder}/config.json: {MIXED_PRECISION_KEY} is not {{'default': ..., 'overrides': {{module: ...}}}}")
+    return info
+
+
+def merge_overrides(own: dict[str, dict[str, Any]], inherited: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The step's ``own`` overrides, then the ``inherited`` ones (from the input's
+    ``mixed_precision_info``): the first matching pattern wins, so the step's own patterns come
+    first, and a module named in both takes the inherited settings updated by the step's (Olive's
+    merge). Olive's ``symmetric`` is read as ``sym``."""
+
+    def normal(values: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in values.items() if k in ("bits", "group_size", "sym") and v is not None}
+        if values.get("symmetric") is not None and "sym" not in out:
+            out["sym"] = bool(values["symmetric"])
+        return out
+
+    merged = {pattern: {**normal(inherited.get(pattern, {})), **values} for pattern, values in own.items()}
+    merged.update({name: normal(values) for name, values in inherited.items() if name not in own})
+    return merged
+
+
+def inherit_mixed_precision(options: dict[str, Any], folder: Path) -> list[str]:
+    """Merge the input folder's ``mixed_precision_info`` overrides into ``options["overrides"]``
+    (``quantizer_options()``); returns notes for the pass result."""
+    info = mixed_precision_info(folder)
+    if not info:
+        return []
+    inherited = info.get("overrides") or {}
+    options["overrides"] = merge_overrides(options["overrides"], inherited)
+    notes = [f"{len(inherited)} module override(s) from the input's {MIXED_PRECISION_KEY} merged (the step's own win)"]
+    default = info.get("default") or {}
+    mine = {"bits": options["bits"], "group_size": options["group_size"], "symmetric": options["sym"]}
+    differ = {k: v for k, v in default.items() if k in mine and v != mine[k]}
+    if differ:
+        notes.append(f"the input's {MIXED_PRECISION_KEY} default {differ} differs from this step's; the step's {mine} are used")
+    return notes
+
+
 def load_decoder(folder: Path) -> tuple[torch.nn.Module, Any]:
     """The causal LM of a Hugging Face folder in float32, eval mode, and its tokenizer (None when it has none)."""
     import torch
@@ -112,6 +158,7 @@ class TorchQuantPass(Pass):
         started = time.perf_counter()
         extra, details = self.calibration(decoder, tokenizer, ctx)
         options = self.config.quantizer_options()
+        notes = [*notes, *inherit_mixed_precision(options, source)]
         torch.manual_seed(0)
         quantized = quantize_linear_layers(decoder, self.method, **options, **extra)  # type: ignore[arg-type]
         seconds = round(time.perf_counter() - started, 3)

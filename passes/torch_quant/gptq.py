@@ -41,6 +41,25 @@ def calibration_windows(ids: Any, mask: Any, samples: int, sequence_length: int)
     return [torch.from_numpy(stream[i * length : (i + 1) * length].copy()).unsqueeze(0) for i in range(count)]
 
 
+def token_windows(ctx: PassContext, dataset: str, samples: int, sequence_length: int, vocab: int, who: str) -> list[torch.Tensor]:
+    """``calibration_windows`` of the workflow dataset ``dataset`` (``input_ids``, ``attention_mask``
+    rows), checked against the model's ``vocab``; ``who`` names the pass in errors."""
+    import numpy as np
+
+    data = ctx.dataset(dataset)
+    if "input_ids" not in data.inputs:
+        raise ValueError(
+            f"{who} reads token ids from the calibration dataset's input_ids; dataset '{dataset}' has "
+            f"{', '.join(sorted(data.inputs)) or 'nothing'}: use a text source with the model's tokenizer"
+        )
+    ids = np.asarray(data.inputs["input_ids"])
+    mask = np.asarray(data.inputs["attention_mask"]) if "attention_mask" in data.inputs else np.ones_like(ids)
+    windows = calibration_windows(ids, mask, samples, sequence_length)
+    if max(int(w.max()) for w in windows) >= vocab:
+        raise ValueError(f"a calibration token id lies outside the model's vocabulary of {vocab}: tokenized with another tokenizer?")
+    return windows
+
+
 class Gptq(TorchQuantPass):
     name = "gptq"
     summary = (
@@ -70,21 +89,9 @@ class Gptq(TorchQuantPass):
     config: Config
 
     def calibration(self, model: torch.nn.Module, tokenizer: Any, ctx: PassContext) -> tuple[dict[str, Any], dict[str, Any]]:
-        import numpy as np
-
         cfg = self.config
-        data = ctx.dataset(cfg.calibration)
-        if "input_ids" not in data.inputs:
-            raise ValueError(
-                f"gptq reads token ids from the calibration dataset's input_ids; dataset '{cfg.calibration}' has "
-                f"{', '.join(sorted(data.inputs)) or 'nothing'}: use a text source with the model's tokenizer"
-            )
-        ids = np.asarray(data.inputs["input_ids"])
-        mask = np.asarray(data.inputs["attention_mask"]) if "attention_mask" in data.inputs else np.ones_like(ids)
-        windows = calibration_windows(ids, mask, cfg.samples, cfg.sequence_length)
         vocab = model.get_input_embeddings().num_embeddings
-        if max(int(w.max()) for w in windows) >= vocab:
-            raise ValueError(f"a calibration token id lies outside the model's vocabulary of {vocab}: tokenized with another tokenizer?")
+        windows = token_windows(ctx, cfg.calibration, cfg.samples, cfg.sequence_length, vocab, "gptq")
         desc_act = cfg.desc_act if cfg.desc_act is not None else cfg.group_size == -1
         extra = {"calibration_batches": windows, "damp_percent": cfg.damp_percent, "desc_act": desc_act, "block_size": cfg.block_size}
         details = {"calibration": {"windows": len(windows), "tokens": sum(int(w.numel()) for w in windows)}, "desc_act": desc_act}

@@ -17,7 +17,9 @@ as Kiln's ``gptq`` takes them), with ``method`` choosing the quantizer.
 
 Input: an ``hf`` folder, or a ``torch`` factory returning ``(PreTrainedModel, tokenizer)``
 (saved as a Hugging Face folder first, see ``passes.generate._common``). Llama, Mistral, Qwen2,
-Qwen3 and Phi-3 layouts; other architectures are refused by name. The model is loaded in
+Qwen3 and Phi-3 layouts; other architectures are refused by name. An input annotated by
+``selective_mixed_precision`` has its per-module overrides merged into the step's own (the
+step's win; ``method: none`` carries the annotation on in config.json). The model is loaded in
 float32; the rotation is computed in float64.
 """
 
@@ -31,7 +33,7 @@ from pydantic import Field, model_validator
 
 from engine.core import Categorical, DatasetRef, ModelArtifact, Pass, PassContext, PassResult
 from passes.generate._common import hf_input
-from passes.torch_quant._pass import TorchQuantConfig, load_decoder
+from passes.torch_quant._pass import TorchQuantConfig, inherit_mixed_precision, load_decoder
 
 if TYPE_CHECKING:
     import torch
@@ -106,8 +108,10 @@ class QuaRot(Pass):
             details = {"method": "none", **record, "seconds": round(time.perf_counter() - started, 3)}
             return PassResult(model=ModelArtifact.from_folder("hf", out), details=details, notes=[*notes, *report.notes])
         extra, details = self._gptq_options(decoder, ctx) if cfg.method == "gptq" else ({}, {})
+        options = cfg.quantizer_options()
+        notes = [*notes, *inherit_mixed_precision(options, source)]
         torch.manual_seed(0)
-        quantized = quantize_linear_layers(decoder, cfg.method, **cfg.quantizer_options(), **extra)  # type: ignore[arg-type]
+        quantized = quantize_linear_layers(decoder, cfg.method, **options, **extra)  # type: ignore[arg-type]
         seconds = round(time.perf_counter() - started, 3)
         facts = write_checkpoint(
             decoder,
@@ -129,24 +133,12 @@ class QuaRot(Pass):
 
     def _gptq_options(self, decoder: torch.nn.Module, ctx: PassContext) -> tuple[dict[str, Any], dict[str, Any]]:
         """``quantize_linear_layers``' gptq options, from the calibration dataset as the gptq pass reads it."""
-        import numpy as np
-
-        from passes.torch_quant.gptq import calibration_windows
+        from passes.torch_quant.gptq import token_windows
 
         cfg = self.config
         assert cfg.calibration is not None  # the config refuses gptq without it
-        data = ctx.dataset(cfg.calibration)
-        if "input_ids" not in data.inputs:
-            raise ValueError(
-                f"quarot's gptq reads token ids from the calibration dataset's input_ids; dataset '{cfg.calibration}' has "
-                f"{', '.join(sorted(data.inputs)) or 'nothing'}: use a text source with the model's tokenizer"
-            )
-        ids = np.asarray(data.inputs["input_ids"])
-        mask = np.asarray(data.inputs["attention_mask"]) if "attention_mask" in data.inputs else np.ones_like(ids)
-        windows = calibration_windows(ids, mask, cfg.samples, cfg.sequence_length)
         vocab = decoder.get_input_embeddings().num_embeddings
-        if max(int(w.max()) for w in windows) >= vocab:
-            raise ValueError(f"a calibration token id lies outside the model's vocabulary of {vocab}: tokenized with another tokenizer?")
+        windows = token_windows(ctx, cfg.calibration, cfg.samples, cfg.sequence_length, vocab, "quarot's gptq")
         desc_act = cfg.desc_act if cfg.desc_act is not None else cfg.group_size == -1
         extra = {"calibration_batches": windows, "damp_percent": cfg.damp_percent, "desc_act": desc_act, "block_size": cfg.block_size}
         details = {"calibration": {"windows": len(windows), "tokens": sum(int(w.numel()) for w in windows)}, "desc_act": desc_act}
