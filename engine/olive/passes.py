@@ -209,6 +209,24 @@ PASSES: dict[str, PassSpec] = {
         data="calibration",
         dropped=TORCH_QUANT_DROPPED,
     ),
+    # Olive's SelectiveMixedPrecision chooses the modules kept at high_bits and writes the choice
+    # (mixed_precision_info) into the checkpoint for the rtn / gptq step after it: so does Kiln's
+    "SelectiveMixedPrecision": PassSpec(
+        "selective_mixed_precision",
+        {k: k for k in ("algorithm", "bits", "high_bits", "ratio", "group_size", "sym", "high_group_size", "high_sym")},
+        {
+            "bits": 4,
+            "group_size": 128,
+            "sym": False,
+            "high_bits": 8,
+            "high_group_size": None,
+            "high_sym": None,
+            "ratio": None,
+            "kld_memory_mode": "auto",
+        },
+        data="calibration",
+        dropped={"kld_memory_mode": "Kiln scores on the CPU, in one memory mode"},
+    ),
     # Olive's QuaRot rotates and writes a float checkpoint; the gptq or rtn step after it quantizes
     "QuaRot": PassSpec(
         "quarot", {"seed": "seed", "rotate_mode": "rotate_mode"}, {"seed": 0, "rotate_mode": "hadamard"}, {"method": "none"}

@@ -46,7 +46,11 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
     if config.get("mode") == "dynamic" or mode_searched:
         for key in spec.static_only if not mode_searched else ():
             config.pop(key, None)
-    needs_data = spec.kiln in ("nncf_quantize", "gptq") or config.get("mode") == "static"
+    needs_data = (
+        spec.kiln in ("nncf_quantize", "gptq")
+        or config.get("mode") == "static"
+        or (spec.kiln == "selective_mixed_precision" and config.get("algorithm") == "kld_gradient")
+    )
     if spec.data and needs_data and spec.data not in config and spec.data not in search:
         config[spec.data] = ctx.dataset("calibration", f"{where}.data_config")
     return config, search
