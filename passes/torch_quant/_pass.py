@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 
 from engine.core import ModelArtifact, Pass, PassConfig, PassContext, PassResult, StrictConfig
 from passes.generate._common import hf_input
+from passes.torch_quant._input import load_input
 from passes.torch_quant._quantize import quantize_linear_layers, write_checkpoint
 
 if TYPE_CHECKING:
@@ -122,17 +123,23 @@ def inherit_mixed_precision(options: dict[str, Any], folder: Path) -> list[str]:
     return notes
 
 
-def load_decoder(folder: Path) -> tuple[torch.nn.Module, Any]:
-    """The causal LM of a Hugging Face folder in float32, eval mode, and its tokenizer (None when it has none)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def keep_quantized(options: dict[str, Any], quantized: dict[str, Any]) -> list[str]:
+    """Leave the modules of an olive input that are already ``quantized`` out of ``options``
+    (``quantizer_options()``): they are written with their own codes. Returns notes."""
+    import re
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError):
-        tokenizer = None
-    return model, tokenizer
+    if not quantized:
+        return []
+    options["modules_to_not_convert"] = [*options["modules_to_not_convert"], *(f"re:{re.escape(name)}" for name in sorted(quantized))]
+    return [f"{len(quantized)} module(s) of the input already quantized (olive checkpoint): kept with their codes, not quantized again"]
+
+
+def load_decoder(folder: Path, who: str = "this pass") -> tuple[torch.nn.Module, Any]:
+    """The causal LM of a float Hugging Face folder in float32, eval mode, and its tokenizer (None
+    when it has none). A quantized input, or one whose checkpoint lacks weights, is refused
+    (``passes.torch_quant._input``); ``who`` names the pass in the error."""
+    loaded = load_input(folder, who)
+    return loaded.model, loaded.tokenizer
 
 
 class TorchQuantPass(Pass):
@@ -154,25 +161,22 @@ class TorchQuantPass(Pass):
         import torch
 
         source, notes = hf_input(model, ctx, self.name)
-        decoder, tokenizer = load_decoder(source)
+        loaded = load_input(source, self.name, allow_quantized=True)
+        decoder, tokenizer = loaded.model, loaded.tokenizer
         started = time.perf_counter()
         extra, details = self.calibration(decoder, tokenizer, ctx)
         options = self.config.quantizer_options()
         notes = [*notes, *inherit_mixed_precision(options, source)]
+        notes += keep_quantized(options, loaded.quantized)
         torch.manual_seed(0)
         quantized = quantize_linear_layers(decoder, self.method, **options, **extra)  # type: ignore[arg-type]
         seconds = round(time.perf_counter() - started, 3)
         out = Path(ctx.output_dir)
-        facts = write_checkpoint(
-            decoder,
-            tokenizer,
-            out,
-            quantized,
-            bits=self.config.bits,
-            group_size=self.config.group_size,
-            sym=self.config.sym,
-            lm_head=self.config.lm_head,
-        )
+        cfg = self.config
+        defaults = loaded.checkpoint_defaults(cfg.bits, cfg.group_size, cfg.sym, cfg.lm_head)
+        facts = write_checkpoint(decoder, tokenizer, out, {**loaded.quantized, **quantized}, **defaults)
+        if loaded.quantized:
+            details["kept_quantized_modules"] = len(loaded.quantized)
         bits: dict[str, int] = {}
         for item in quantized.values():
             bits[f"int{item.spec.bits}"] = bits.get(f"int{item.spec.bits}", 0) + 1

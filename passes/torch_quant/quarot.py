@@ -19,7 +19,9 @@ Input: an ``hf`` folder, or a ``torch`` factory returning ``(PreTrainedModel, to
 (saved as a Hugging Face folder first, see ``passes.generate._common``). Llama, Mistral, Qwen2,
 Qwen3 and Phi-3 layouts; other architectures are refused by name. An input annotated by
 ``selective_mixed_precision`` has its per-module overrides merged into the step's own (the
-step's win; ``method: none`` carries the annotation on in config.json). The model is loaded in
+step's win; ``method: none`` carries the annotation on in config.json). An input already
+quantized (an olive checkpoint, or any other ``quantization_config``) is refused: a rotation
+would not keep its codes. The model is loaded in
 float32; the rotation is computed in float64.
 """
 
@@ -33,10 +35,16 @@ from pydantic import Field, model_validator
 
 from engine.core import Categorical, DatasetRef, ModelArtifact, Pass, PassContext, PassResult
 from passes.generate._common import hf_input
+from passes.torch_quant._input import refuse_quantized
 from passes.torch_quant._pass import TorchQuantConfig, inherit_mixed_precision, load_decoder
 
 if TYPE_CHECKING:
     import torch
+
+ROTATING_QUANTIZED = (
+    "rotating quantized weights would not keep their codes; run quarot on the float model, before gptq or rtn "
+    "(its method option quantizes after the rotation)"
+)
 
 
 class QuaRot(Pass):
@@ -95,7 +103,8 @@ class QuaRot(Pass):
 
         cfg = self.config
         source, notes = hf_input(model, ctx, self.name)
-        decoder, tokenizer = load_decoder(source)
+        refuse_quantized(source, self.name, ROTATING_QUANTIZED)
+        decoder, tokenizer = load_decoder(source, self.name)
         check_architecture(decoder.config)
         started = time.perf_counter()
         report = rotate_model(decoder, seed=cfg.seed, rotate_mode=cfg.rotate_mode, rotate_heads=cfg.rotate_heads)

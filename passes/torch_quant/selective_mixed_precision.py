@@ -24,7 +24,8 @@ Algorithms (Olive's; presets and promotion shared with the ONNX-level ``mixed_pr
 
 The q/k/v projections of one attention always share a precision (the build fuses them). With tied
 embeddings a chosen ``lm_head`` names the embedding too, as Olive does. Input: an ``hf`` folder or
-a ``torch`` factory; ``kld_gradient`` runs the model forward and backward on the CPU in float32.
+a ``torch`` factory (an input already quantized is refused: the choice is for the quantizing step
+that follows); ``kld_gradient`` runs the model forward and backward on the CPU in float32.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pydantic import Field, model_validator
 
 from engine.core import Categorical, DatasetRef, ModelArtifact, Pass, PassConfig, PassContext, PassResult
 from passes.generate._common import hf_input
+from passes.torch_quant._input import refuse_quantized
 from passes.torch_quant._pass import MIXED_PRECISION_KEY, Bits, GroupSize, load_decoder
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 
 Algorithm = Literal["k_quant_mixed", "k_quant_last", "k_quant_down", "snr", "kld_gradient"]
 SCORED = ("snr", "kld_gradient")
+CHOOSES_BEFORE = "it chooses the precisions of a following rtn, gptq or quarot step; run it first, on the float model (as Olive does)"
 
 
 class SelectiveMixedPrecision(Pass):
@@ -101,8 +104,9 @@ class SelectiveMixedPrecision(Pass):
 
         cfg = self.config
         source, notes = hf_input(model, ctx, self.name)
+        refuse_quantized(source, self.name, CHOOSES_BEFORE)
         started = time.perf_counter()
-        decoder = _meta_decoder(source) if cfg.algorithm.startswith("k_quant") else load_decoder(source)[0]
+        decoder = _meta_decoder(source) if cfg.algorithm.startswith("k_quant") else load_decoder(source, self.name)[0]
         modules = sens.candidates(decoder)
         units = sens.selection_units(modules)
         if cfg.algorithm.startswith("k_quant"):

@@ -258,3 +258,88 @@ def test_a_group_size_that_does_not_divide_is_refused() -> None:
 def test_an_override_pattern_that_is_no_regex_is_refused() -> None:
     with pytest.raises(ValueError, match="is not a regular expression"):
         Rtn.Config(overrides={"re:(": {"bits": 8}})
+
+
+def _tensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _float_folder(family: str, folder: Path) -> Path:
+    model, tok = _decoder(family)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_rtn_after_gptq_keeps_gptq_codes_and_quantizes_lm_head_from_its_float_weights(tmp_path: Path) -> None:
+    import onnx
+
+    from passes.torch_quant._input import load_input
+
+    hf = _float_folder("llama", tmp_path / "hf")
+    (tmp_path / "work").mkdir()
+    ctx = PassContext(
+        step_id="gptq", workdir=tmp_path / "work", output_dir=tmp_path / "g", datasets={"calib": lambda: _calibration_dataset(tokenizer())}
+    )
+    gptq = Gptq(Gptq.Config(calibration="calib", samples=8, sequence_length=64, group_size=32))(ModelArtifact.from_folder("hf", hf), ctx)
+    result = run_pass(Rtn, gptq.model, tmp_path / "r", bits=8, lm_head=True, group_size=32)
+    assert result.details["kept_quantized_modules"] == 14 and result.details["modules_by_bits"] == {"int8": 1}
+    before, after = _tensors(tmp_path / "g"), _tensors(result.model.path)
+    assert set(after) == set(before) - {"lm_head.weight"} | {"lm_head.qweight", "lm_head.scales", "lm_head.qzeros"}
+    assert all(after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]) for k in before if k in after)
+    codes, _, _ = rtn_quantize_weight(before["lm_head.weight"], QuantSpec(8, 32, False))  # gptq left the head in float
+    assert torch.equal(after["lm_head.qweight"], pack(codes, 8))
+    quant = json.loads((result.model.path / "config.json").read_text())["quantization_config"]
+    assert quant["bits"] == 4 and quant["group_size"] == 32 and quant["lm_head"] is True
+    assert quant["overrides"] == {"lm_head": {"bits": 8, "group_size": 32, "symmetric": False}}
+    built = _build(result.model.path, tmp_path / "b")
+    proto = onnx.load(str(built.model.path / "model.onnx"), load_external_data=False)
+    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in proto.graph.node if n.op_type == "MatMulNBits"}
+    assert {name for name, b in bits.items() if b == 8} == {"/lm_head/MatMulNBits"} and len(bits) == 2 * 5 + 1
+    fake_quantized = load_input(result.model.path, "test", allow_quantized=True).model  # every weight its dequantized codes
+    assert _og_greedy(built.model.path) == _torch_greedy(fake_quantized)
+
+
+@pytest.mark.parametrize("family", ["phi3", "gemma2"])
+def test_rtn_of_an_rtn_checkpoint_keeps_fused_and_tied_modules_bit_for_bit(family: str, tmp_path: Path) -> None:
+    hf = _float_folder(family, tmp_path / "hf")
+    first = run_pass(Rtn, ModelArtifact.from_folder("hf", hf), tmp_path / "one", group_size=32)
+    second = run_pass(Rtn, first.model, tmp_path / "two", bits=8, group_size=32, lm_head=True)
+    before, after = _tensors(first.model.path), _tensors(second.model.path)
+    assert "lm_head.qweight" in after and after["lm_head.qweight"].shape[1] == 64  # 8 bits: one code a byte
+    packed = [k for k in before if k.endswith((".qweight", ".scales", ".qzeros"))]
+    assert len(packed) >= 2 * 7 * 2 and all(torch.equal(after[k], before[k]) for k in packed)
+
+
+def test_an_input_missing_weights_is_refused_by_name(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    hf = _float_folder("llama", tmp_path / "hf")
+    state = _tensors(hf)
+    del state["model.layers.1.mlp.up_proj.weight"]
+    save_file(state, str(hf / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(PassError, match=r"lacks 1 weight.*model\.layers\.1\.mlp\.up_proj\.weight"):
+        run_pass(Rtn, ModelArtifact.from_folder("hf", hf), tmp_path)
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_an_input_quantized_by_another_method_is_refused(method: str, tmp_path: Path) -> None:
+    hf = _float_folder("llama", tmp_path / "hf")
+    config = json.loads((hf / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": method, "bits": 4, "group_size": 128}
+    (hf / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PassError, match=f"quant_method '{method}'"):
+        run_pass(Rtn, ModelArtifact.from_folder("hf", hf), tmp_path)
+
+
+def test_quarot_and_selective_mixed_precision_refuse_a_quantized_input(tmp_path: Path) -> None:
+    from passes.torch_quant.quarot import QuaRot
+    from passes.torch_quant.selective_mixed_precision import SelectiveMixedPrecision
+
+    quantized = run_pass(Rtn, ModelArtifact.from_folder("hf", _float_folder("llama", tmp_path / "hf")), tmp_path / "q", group_size=32)
+    with pytest.raises(PassError, match=r"quarot needs a float model.*would not keep their codes"):
+        run_pass(QuaRot, quantized.model, tmp_path / "quarot", group_size=32)
+    with pytest.raises(PassError, match="selective_mixed_precision needs a float model"):
+        run_pass(SelectiveMixedPrecision, quantized.model, tmp_path / "smp", algorithm="k_quant_last")
