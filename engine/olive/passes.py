@@ -8,9 +8,9 @@ silently). An option neither mapped nor at its default is reported as not carrie
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from engine.olive.decoder_passes import DECODER_PASSES
 from engine.olive.options import (
     BLOCKWISE,
     BUILDER_DROPPED,
@@ -24,31 +24,11 @@ from engine.olive.options import (
     QUANT_DROPPED,
     QUANT_OPTIONS,
     STATIC,
-    TORCH_QUANT,
-    TORCH_QUANT_DEFAULTS,
-    TORCH_QUANT_DROPPED,
-    Option,
-    gptqmodel_dynamic,
     keep_io_types,
     lower,
-    torch_overrides,
     upper,
-    weight_overrides,
 )
-
-
-@dataclass(frozen=True)
-class PassSpec:
-    kiln: str | None  # None: not carried over (``reason`` says why)
-    options: dict[str, Option] = field(default_factory=dict)
-    defaults: dict[str, Any] = field(default_factory=dict)
-    fixed: dict[str, Any] = field(default_factory=dict)
-    data: str | None = None  # the Kiln option an Olive data_config goes to
-    static_only: frozenset[str] = frozenset()
-    reason: str = ""
-    #: options Kiln cannot carry over, each with why (listed when given a value other than Olive's default)
-    dropped: dict[str, str] = field(default_factory=dict)
-
+from engine.olive.spec import PassSpec
 
 PASSES: dict[str, PassSpec] = {
     "OnnxConversion": PassSpec(
@@ -145,104 +125,6 @@ PASSES: dict[str, PassSpec] = {
         BLOCKWISE,
         {"algorithm": "hqq", "block_size": 128},
         dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
-    ),
-    # Olive's PyTorch weight quantizers: Kiln's torch_quant passes write the same (olive) checkpoint
-    "rtn": PassSpec(
-        "rtn",
-        {**TORCH_QUANT, "overrides": ("overrides", torch_overrides)},
-        TORCH_QUANT_DEFAULTS,
-        dropped=TORCH_QUANT_DROPPED,
-    ),
-    "gptq": PassSpec(
-        "gptq",
-        {**TORCH_QUANT, "overrides": ("overrides", torch_overrides), "damp_percent": "damp_percent", "desc_act": "desc_act"},
-        {
-            **TORCH_QUANT_DEFAULTS,
-            "damp_percent": 0.01,
-            "desc_act": None,
-            "moe_fallback_threshold": None,
-            "moe_fallback_min_k_multiple": None,
-        },
-        data="calibration",
-        dropped=TORCH_QUANT_DROPPED,
-    ),
-    # GPTQModel's defaults: one group per row, act order, symmetric, dampening 0.05
-    "GptqModel": PassSpec(
-        "gptq",
-        {**TORCH_QUANT, "damp_percent": "damp_percent", "desc_act": "desc_act", "dynamic": ("overrides", gptqmodel_dynamic)},
-        {
-            "bits": 4,
-            "group_size": -1,
-            "damp_percent": 0.05,
-            "damp_auto_increment": 0.01,
-            "static_groups": False,
-            "true_sequential": True,
-            "desc_act": True,
-            "sym": True,
-            "mse": 0.0,
-            "lm_head": False,
-            "device": "cpu",
-            "dynamic": None,
-            "rotation": None,
-        },
-        {"group_size": -1, "sym": True, "damp_percent": 0.05, "desc_act": True},
-        data="calibration",
-        dropped=TORCH_QUANT_DROPPED,
-    ),
-    # AutoGPTQ through Olive's GptqQuantizer
-    "GptqQuantizer": PassSpec(
-        "gptq",
-        {"bits": "bits", "group_size": "group_size", "sym": "sym", "damp_percent": "damp_percent", "desc_act": "desc_act"},
-        {
-            "bits": 4,
-            "group_size": 128,
-            "damp_percent": 0.01,
-            "static_groups": False,
-            "true_sequential": False,
-            "desc_act": False,
-            "sym": False,
-            "layers_block_name": None,
-            "outside_layer_modules": None,
-            "inside_layer_modules": None,
-        },
-        {"desc_act": False},
-        data="calibration",
-        dropped=TORCH_QUANT_DROPPED,
-    ),
-    # Olive's SelectiveMixedPrecision chooses the modules kept at high_bits and writes the choice
-    # (mixed_precision_info) into the checkpoint for the rtn / gptq step after it: so does Kiln's
-    "SelectiveMixedPrecision": PassSpec(
-        "selective_mixed_precision",
-        {k: k for k in ("algorithm", "bits", "high_bits", "ratio", "group_size", "sym", "high_group_size", "high_sym")},
-        {
-            "bits": 4,
-            "group_size": 128,
-            "sym": False,
-            "high_bits": 8,
-            "high_group_size": None,
-            "high_sym": None,
-            "ratio": None,
-            "kld_memory_mode": "auto",
-        },
-        data="calibration",
-        dropped={"kld_memory_mode": "Kiln scores on the CPU, in one memory mode"},
-    ),
-    # Olive's QuaRot rotates and writes a float checkpoint; the gptq or rtn step after it quantizes
-    "QuaRot": PassSpec(
-        "quarot", {"seed": "seed", "rotate_mode": "rotate_mode"}, {"seed": 0, "rotate_mode": "hadamard"}, {"method": "none"}
-    ),
-    # olive-ai's OnnxKQuantQuantization: k-quant scales over 32-weight blocks, MatMul only
-    "OnnxKQuantQuantization": PassSpec(
-        "int4_weights",
-        {
-            "bits": "bits",
-            "block_size": "block_size",
-            "accuracy_level": ("accuracy_level", lambda v: None if v in (None, 0, "unset") else v),
-            "customized_weight_config": ("overrides", weight_overrides),
-            "nodes_to_exclude": "nodes_to_exclude",
-        },
-        {"bits": 4, "block_size": 32, "accuracy_level": None, "customized_weight_config": None, "nodes_to_exclude": None},
-        {"algorithm": "k_quant", "block_size": 32},
     ),
     # each surgeon with Olive's name and options: graph_surgery takes them as they are
     "GraphSurgeries": PassSpec("graph_surgery", {"surgeries": "surgeries"}),
@@ -360,6 +242,7 @@ PASSES: dict[str, PassSpec] = {
     ),
 }
 #: Olive matches pass types case-insensitively (olive.package_config): so does the translation
+PASSES.update(DECODER_PASSES)
 PASSES_BY_TYPE: dict[str, PassSpec] = {name.lower(): spec for name, spec in PASSES.items()}
 #: the Olive name of each pass type, by its lower-cased spelling
 PASS_NAMES: dict[str, str] = {name.lower(): name for name in PASSES}

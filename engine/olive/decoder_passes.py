@@ -1,0 +1,116 @@
+"""Olive's decoder weight quantizers → Kiln passes: PyTorch-level (rtn, gptq, GptqModel,
+GptqQuantizer, SelectiveMixedPrecision, QuaRot, written as Olive-format checkpoints the model
+builder reads) and ONNX-level k-quant. Entries as in ``engine.olive.passes``."""
+
+from __future__ import annotations
+
+from engine.olive.options import (
+    TORCH_QUANT,
+    TORCH_QUANT_DEFAULTS,
+    TORCH_QUANT_DROPPED,
+    gptqmodel_dynamic,
+    torch_overrides,
+    weight_overrides,
+)
+from engine.olive.spec import PassSpec
+
+DECODER_PASSES: dict[str, PassSpec] = {
+    # Olive's PyTorch weight quantizers: Kiln's torch_quant passes write the same (olive) checkpoint
+    "rtn": PassSpec(
+        "rtn",
+        {**TORCH_QUANT, "overrides": ("overrides", torch_overrides)},
+        TORCH_QUANT_DEFAULTS,
+        dropped=TORCH_QUANT_DROPPED,
+    ),
+    "gptq": PassSpec(
+        "gptq",
+        {**TORCH_QUANT, "overrides": ("overrides", torch_overrides), "damp_percent": "damp_percent", "desc_act": "desc_act"},
+        {
+            **TORCH_QUANT_DEFAULTS,
+            "damp_percent": 0.01,
+            "desc_act": None,
+            "moe_fallback_threshold": None,
+            "moe_fallback_min_k_multiple": None,
+        },
+        data="calibration",
+        dropped=TORCH_QUANT_DROPPED,
+    ),
+    # GPTQModel's defaults: one group per row, act order, symmetric, dampening 0.05
+    "GptqModel": PassSpec(
+        "gptq",
+        {**TORCH_QUANT, "damp_percent": "damp_percent", "desc_act": "desc_act", "dynamic": ("overrides", gptqmodel_dynamic)},
+        {
+            "bits": 4,
+            "group_size": -1,
+            "damp_percent": 0.05,
+            "damp_auto_increment": 0.01,
+            "static_groups": False,
+            "true_sequential": True,
+            "desc_act": True,
+            "sym": True,
+            "mse": 0.0,
+            "lm_head": False,
+            "device": "cpu",
+            "dynamic": None,
+            "rotation": None,
+        },
+        {"group_size": -1, "sym": True, "damp_percent": 0.05, "desc_act": True},
+        data="calibration",
+        dropped=TORCH_QUANT_DROPPED,
+    ),
+    # AutoGPTQ through Olive's GptqQuantizer
+    "GptqQuantizer": PassSpec(
+        "gptq",
+        {"bits": "bits", "group_size": "group_size", "sym": "sym", "damp_percent": "damp_percent", "desc_act": "desc_act"},
+        {
+            "bits": 4,
+            "group_size": 128,
+            "damp_percent": 0.01,
+            "static_groups": False,
+            "true_sequential": False,
+            "desc_act": False,
+            "sym": False,
+            "layers_block_name": None,
+            "outside_layer_modules": None,
+            "inside_layer_modules": None,
+        },
+        {"desc_act": False},
+        data="calibration",
+        dropped=TORCH_QUANT_DROPPED,
+    ),
+    # Olive's SelectiveMixedPrecision chooses the modules kept at high_bits and writes the choice
+    # (mixed_precision_info) into the checkpoint for the rtn / gptq step after it: so does Kiln's
+    "SelectiveMixedPrecision": PassSpec(
+        "selective_mixed_precision",
+        {k: k for k in ("algorithm", "bits", "high_bits", "ratio", "group_size", "sym", "high_group_size", "high_sym")},
+        {
+            "bits": 4,
+            "group_size": 128,
+            "sym": False,
+            "high_bits": 8,
+            "high_group_size": None,
+            "high_sym": None,
+            "ratio": None,
+            "kld_memory_mode": "auto",
+        },
+        data="calibration",
+        dropped={"kld_memory_mode": "Kiln scores on the CPU, in one memory mode"},
+    ),
+    # Olive's QuaRot rotates and writes a float checkpoint; the gptq or rtn step after it quantizes
+    "QuaRot": PassSpec(
+        "quarot", {"seed": "seed", "rotate_mode": "rotate_mode"}, {"seed": 0, "rotate_mode": "hadamard"}, {"method": "none"}
+    ),
+    # olive-ai's OnnxKQuantQuantization: k-quant scales over 32-weight blocks, MatMul only
+    "OnnxKQuantQuantization": PassSpec(
+        "int4_weights",
+        {
+            "bits": "bits",
+            "block_size": "block_size",
+            "accuracy_level": ("accuracy_level", lambda v: None if v in (None, 0, "unset") else v),
+            "customized_weight_config": ("overrides", weight_overrides),
+            "nodes_to_exclude": "nodes_to_exclude",
+        },
+        {"bits": 4, "block_size": 32, "accuracy_level": None, "customized_weight_config": None, "nodes_to_exclude": None},
+        {"algorithm": "k_quant", "block_size": 32},
+    ),
+}
