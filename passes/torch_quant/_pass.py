@@ -6,6 +6,11 @@ The output is a Hugging Face folder (``hf``) in ONNX Runtime GenAI's ``olive`` c
 (``passes.torch_quant._checkpoint``): ``genai_build`` with ``precision: int4`` turns it into
 MatMulNBits nodes holding these quantized weights (8-bit modules included: the builder reads each
 module's bits from the checkpoint).
+
+The input may itself be such a checkpoint (Olive's ``gptq`` then ``rtn`` for the head): the
+modules it holds quantized are loaded as their dequantized codes, written back unchanged, and only
+the float ones are quantized (``passes.torch_quant._input``); any other quantization method is
+refused.
 """
 
 from __future__ import annotations

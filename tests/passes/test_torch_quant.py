@@ -313,6 +313,21 @@ def test_rtn_of_an_rtn_checkpoint_keeps_fused_and_tied_modules_bit_for_bit(famil
     assert len(packed) >= 2 * 7 * 2 and all(torch.equal(after[k], before[k]) for k in packed)
 
 
+def test_gptq_of_an_rtn_checkpoint_calibrates_through_its_codes_and_keeps_them(tmp_path: Path) -> None:
+    hf = _float_folder("qwen2", tmp_path / "hf")
+    first = run_pass(Rtn, ModelArtifact.from_folder("hf", hf), tmp_path / "one", group_size=32, sym=True)
+    (tmp_path / "work").mkdir()
+    ctx = PassContext(
+        step_id="gptq", workdir=tmp_path / "work", output_dir=tmp_path / "g", datasets={"calib": lambda: _calibration_dataset(tokenizer())}
+    )
+    second = Gptq(Gptq.Config(calibration="calib", samples=2, sequence_length=32, group_size=32, lm_head=True))(first.model, ctx)
+    before, after = _tensors(first.model.path), _tensors(second.model.path)
+    assert second.details["kept_quantized_modules"] == 14 and second.details["modules_by_bits"] == {"int4": 1}
+    assert all(torch.equal(after[k], before[k]) for k in before if k != "lm_head.weight")  # q/k/v biases too
+    quant = json.loads((second.model.path / "config.json").read_text())["quantization_config"]
+    assert quant["symmetric"] is True and quant["overrides"] == {"lm_head": {"bits": 4, "group_size": 32, "symmetric": False}}
+
+
 def test_an_input_missing_weights_is_refused_by_name(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
