@@ -121,6 +121,8 @@ def quantize_linear_layers(
 
     default = QuantSpec(bits=bits, group_size=group_size, sym=sym)
     modules = select_linear_layers(model, lm_head=lm_head, modules_to_not_convert=modules_to_not_convert)
+    if "lm_head" in modules:
+        _untie_head(model, modules["lm_head"])
     specs = {name: spec_for(name, default, overrides) for name in modules}
     for name, spec in specs.items():
         if spec.bits not in (4, 8):
@@ -141,6 +143,18 @@ def quantize_linear_layers(
             )
             return {name: QuantizedLinear(specs[name], *found[name]) for name in modules}
     raise ValueError(f"method {method!r} is not one of rtn, gptq")
+
+
+def _untie_head(model: torch.nn.Module, head: torch.nn.Linear) -> None:
+    """A head that shares its weight with the input embeddings gets a copy of its own before it
+    is quantized: the embedding stays float (the model builder reads an Olive checkpoint's
+    embeddings in float; the checkpoint unties them in config.json)."""
+    import torch
+
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if weight is not None and head.weight.data_ptr() == weight.data_ptr():
+        head.weight = torch.nn.Parameter(head.weight.detach().clone(), requires_grad=False)
 
 
 def _apply(module: torch.nn.Linear, quantized: QuantizedLinear) -> QuantizedLinear:

@@ -66,7 +66,7 @@ class Gptq(TorchQuantPass):
         "GPTQ weight quantization of a Hugging Face decoder in PyTorch (layer by layer, Hessians from a calibration dataset, "
         "4 or 8 bits per group), written as an olive-format checkpoint that genai_build turns into MatMulNBits."
     )
-    version = "1"
+    version = "2"  # 2: a tied head is untied before it is quantized (the embedding stays float)
     method = "gptq"
     search_space = {"group_size": Categorical((32, 128)), "damp_percent": Categorical((0.01, 0.1))}
 

@@ -20,7 +20,7 @@ class Rtn(TorchQuantPass):
         "Round-to-nearest weight quantization of a Hugging Face decoder in PyTorch (4 or 8 bits per group, per-module overrides), "
         "written as an olive-format checkpoint that genai_build turns into MatMulNBits."
     )
-    version = "1"
+    version = "2"  # 2: a tied head is untied before it is quantized (the embedding stays float)
     method = "rtn"
     search_space = {"bits": Categorical((4, 8)), "group_size": Categorical((32, 64, 128))}
 

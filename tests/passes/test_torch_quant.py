@@ -358,3 +358,15 @@ def test_quarot_and_selective_mixed_precision_refuse_a_quantized_input(tmp_path:
         run_pass(QuaRot, quantized.model, tmp_path / "quarot", group_size=32)
     with pytest.raises(PassError, match="selective_mixed_precision needs a float model"):
         run_pass(SelectiveMixedPrecision, quantized.model, tmp_path / "smp", algorithm="k_quant_last")
+
+
+def test_a_tied_head_is_untied_before_it_is_quantized_and_the_embedding_stays_float() -> None:
+    model, _ = _decoder("llama")
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied, as Gemma and small Qwens are
+    model.config.tie_word_embeddings = True
+    before = model.model.embed_tokens.weight.detach().clone()
+    quantized = quantize_linear_layers(model, "rtn", 4, 32, False, lm_head=True)
+    assert "lm_head" in quantized
+    assert torch.equal(model.model.embed_tokens.weight, before)  # float, untouched
+    assert not torch.equal(model.lm_head.weight, before)  # the head holds its fake-quantized copy
+    assert torch.equal(model.lm_head.weight, quantized["lm_head"].dequantized().to(model.lm_head.weight.dtype))
