@@ -8,11 +8,14 @@ from engine.conformance import conformance_tests
 #: example configs for plugins whose required options the schema alone cannot fill
 EXAMPLES = {
     "passes:ort_quantize": {"mode": "static", "calibration": "calib"},
+    "passes:qnn_quantize": {"calibration": "calib"},
     "passes:ort_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean", "min": 0.99},
     "passes:inc_quantize": {"mode": "static", "calibration": "calib"},
     "passes:inc_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean"},
     "passes:gptq": {"calibration": "calib"},
     "passes:graph_surgery": {"surgeries": [{"surgeon": "GemmToMatMulAdd"}]},
+    "passes:split_model": {"num_splits": 2},
+    "passes:fixed_shape": {"dim_param": ["batch"], "dim_value": [1]},
     "datasources:csv": {"source": "csv", "path": "data.csv", "text_column": "text"},
     "datasources:jsonl": {"source": "jsonl", "path": "data.jsonl", "text_column": "text"},
 }
