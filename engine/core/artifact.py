@@ -22,6 +22,10 @@ FORMATS: dict[str, str | None] = {
     # a decoder with a key/value cache, in the folder ONNX Runtime GenAI opens: genai_config.json,
     # the tokenizer's files, model.onnx (+ its external data)
     "genai": "model.onnx",
+    # a model split into parts run in sequence: model_0.onnx, model_1.onnx... and split.json, the
+    # manifest naming the parts in order with their inputs and outputs (+ genai_config.json and
+    # the tokenizer's files when the parts are a genai decoder's pipeline)
+    "onnx_parts": "split.json",
 }
 
 #: the entry-point group a plugin package lists its formats under: ``name = "module:FORMAT"``,
