@@ -41,6 +41,11 @@ STATIC_UNSUPPORTED_EXTRA = {
     "SmoothQuant": "SmoothQuant needs neural-compressor's ONNX adaptor and rewrites the model before calibrating; it is not supported",
     "CalibStridedMinMax": "use extra_options.CalibMaxIntermediateOutputs to bound the calibration's memory instead",
 }
+#: activation and weight data types; the 16-bit ones are static QDQ only (onnxruntime's QOperator
+#: kernels are 8-bit; quantize_static writes 16-bit QuantizeLinear/DequantizeLinear at opset 21)
+ActivationType = Literal["quint8", "qint8", "quint16", "qint16"]
+WeightType = Literal["qint8", "quint8", "qint16", "quint16"]
+SIXTEEN_BIT = ("quint16", "qint16")
 #: the smallest histogram each histogram calibrator works with (onnxruntime 1.31 fails below)
 MIN_BINS = {"Entropy": 128, "Distribution": 512}
 
@@ -86,9 +91,12 @@ class OrtQuantizeConfig(PassConfig):
         ),
     )
     # --- shared by both modes -------------------------------------------------------------------
-    weight_type: Literal["qint8", "quint8"] = Field(
+    weight_type: WeightType = Field(
         "qint8",
-        description="Data type of the quantized weights: signed (qint8) or unsigned (quint8) 8-bit. Dynamic mode always quantizes activations to quint8.",
+        description=(
+            "Data type of the quantized weights: signed (qint8) or unsigned (quint8) 8-bit; qint16 / quint16 in static QDQ "
+            "only. Dynamic mode always quantizes activations to quint8."
+        ),
     )
     per_channel: bool = Field(
         False,
@@ -168,9 +176,14 @@ class OrtQuantizeConfig(PassConfig):
     calibration_batch_size: int | None = Field(
         None, ge=1, description="Static only (default 1): samples per calibration run. The model must accept that batch size."
     )
-    activation_type: Literal["quint8", "qint8"] | None = Field(
+    activation_type: ActivationType | None = Field(
         None,
-        description="Static only (default quint8): data type of the quantized activations. quint8 activations with qint8 weights (U8S8) is the fast path on x86 CPUs and measured better than S8S8 here.",
+        description=(
+            "Static only (default quint8): data type of the quantized activations. quint8 activations with qint8 weights (U8S8) "
+            "is the fast path on x86 CPUs and measured better than S8S8 here. quint16 / qint16 (QDQ only) are what NPUs such as "
+            "Qualcomm's HTP run (A16W8): far closer to float, but onnxruntime's CPU provider runs them as float ops between "
+            "QuantizeLinear/DequantizeLinear pairs, so they are no faster there."
+        ),
     )
     percentile: float | None = Field(
         None,
@@ -216,6 +229,10 @@ class OrtQuantizeConfig(PassConfig):
             if getattr(self, typed) is not None and extra in self.extra_options:
                 raise ValueError(f"{typed} and extra_options.{extra} set the same onnxruntime option; give only {typed}")
         if self.mode == "dynamic":
+            if self.weight_type in SIXTEEN_BIT:
+                raise ValueError(
+                    f"weight_type {self.weight_type} applies to mode static (QDQ) only; dynamic mode quantizes weights to 8 bits"
+                )
             given = [name for name in STATIC_ONLY if getattr(self, name) is not None]
             if given:
                 raise ValueError(
@@ -227,6 +244,9 @@ class OrtQuantizeConfig(PassConfig):
             raise ValueError(
                 "mode static needs calibration: the name of a workflow dataset (under data:) whose samples calibrate the activation ranges"
             )
+        sixteen = [name for name in ("activation_type", "weight_type") if getattr(self, name) in SIXTEEN_BIT]
+        if sixteen and self.quant_format != "QDQ":
+            raise ValueError(f"16-bit {' and '.join(sixteen)} need quant_format QDQ; onnxruntime's QOperator kernels are 8-bit")
         if self.activation_type == "qint8" and self.weight_type == "quint8":
             raise ValueError("activation_type qint8 with weight_type quint8 is not supported by onnxruntime; use weight_type qint8")
         for name, reason in STATIC_UNSUPPORTED_EXTRA.items():
@@ -260,7 +280,7 @@ class StaticQuantizeConfig(OrtQuantizeConfig):
         "MinMax", description=_described("calibration_method")
     )
     calibration_batch_size: int = Field(1, ge=1, description=_described("calibration_batch_size"))
-    activation_type: Literal["quint8", "qint8"] = Field("quint8", description=_described("activation_type"))
+    activation_type: ActivationType = Field("quint8", description=_described("activation_type"))
 
 
 _VARIANTS: dict[Any, type[OrtQuantizeConfig]] = {

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _PREPROCESS_LOGGER = "onnxruntime.quantization.shape_inference"
 
 
-_QUANT_TYPES = {"qint8": "QInt8", "quint8": "QUInt8"}
+QUANT_TYPES = {"qint8": "QInt8", "quint8": "QUInt8", "qint16": "QInt16", "quint16": "QUInt16"}
 
 
 def run_quantize_dynamic(
@@ -41,7 +41,7 @@ def run_quantize_dynamic(
         op_types_to_quantize=op_types,
         per_channel=cfg.per_channel,
         reduce_range=cfg.reduce_range,
-        weight_type=QuantType[_QUANT_TYPES[cfg.weight_type]],
+        weight_type=QuantType[QUANT_TYPES[cfg.weight_type]],
         nodes_to_quantize=nodes_to_quantize,
         nodes_to_exclude=nodes_to_exclude,
         use_external_data_format=large,
@@ -79,8 +79,8 @@ def run_quantize_static(
         op_types_to_quantize=op_types,
         per_channel=cfg.per_channel,
         reduce_range=cfg.reduce_range,
-        activation_type=QuantType[_QUANT_TYPES[cfg.activation_type or "quint8"]],
-        weight_type=QuantType[_QUANT_TYPES[cfg.weight_type]],
+        activation_type=QuantType[QUANT_TYPES[cfg.activation_type or "quint8"]],
+        weight_type=QuantType[QUANT_TYPES[cfg.weight_type]],
         nodes_to_quantize=nodes_to_quantize,
         nodes_to_exclude=nodes_to_exclude,
         use_external_data_format=large,

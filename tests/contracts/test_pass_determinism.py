@@ -304,6 +304,28 @@ def test_static_ort_quantize(bert_onnx: ModelArtifact, tmp_path: Path, method: s
     twice(tmp_path, f"ort_quantize ({method})", lambda root: run(OrtQuantize, bert_onnx, root, config, data={"text": TEXT}))
 
 
+def test_static_ort_quantize_16bit_activations(bert_onnx: ModelArtifact, tmp_path: Path) -> None:
+    """Static QDQ with quint16 activations (the A16W8 of NPUs)."""
+    from passes.quantize.ort_quantize import OrtQuantize
+
+    config = {
+        "mode": "static",
+        "calibration": "text",
+        "activation_type": "quint16",
+        "per_channel": True,
+        "op_types_to_quantize": ["MatMul"],
+    }
+    twice(tmp_path, "ort_quantize (quint16)", lambda root: run(OrtQuantize, bert_onnx, root, config, data={"text": TEXT}))
+
+
+def test_qnn_quantize(bert_onnx: ModelArtifact, tmp_path: Path) -> None:
+    """Static QDQ under onnxruntime's QNN rules (every op type, tensor overrides), qnn_preprocess on."""
+    from passes.quantize.qnn_quantize import QnnQuantize
+
+    config = {"calibration": "text", "per_channel": True, "qnn_preprocess": True}
+    twice(tmp_path, "qnn_quantize", lambda root: run(QnnQuantize, bert_onnx, root, config, data={"text": TEXT}))
+
+
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_ort_quantize_accuracy(tmp_path: Path, mode: str) -> None:
     from passes.quantize.ort_quantize_accuracy import OrtQuantizeAccuracy

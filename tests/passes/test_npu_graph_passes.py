@@ -110,3 +110,115 @@ def test_fixed_shape_writes_external_data_when_asked(tmp_path: Path) -> None:
     config = FixedShape.Config(dim_param=["batch"], dim_value=[1], save_as_external_data=True, external_data_name="weights.bin")
     result = _apply(tmp_path, FixedShape(config), source)
     assert (result.model.path / "weights.bin").stat().st_size == K * N * 4
+
+
+# -- nbits_to_qdq ------------------------------------------------------------------------------------
+def _two_matmuls(k: int = K) -> onnx.ModelProto:
+    """x [batch, k] -> MatMul(W1: k x 64) -> Relu -> MatMul(W2: 64 x 32) -> y."""
+    rng = np.random.default_rng(5)
+    weights = [(rng.standard_normal((k, N)) * 0.1).astype(np.float32), (rng.standard_normal((N, 32)) * 0.1).astype(np.float32)]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="/layer/MatMul"),
+        helper.make_node("Relu", ["h"], ["h_relu"], name="relu"),
+        helper.make_node("MatMul", ["h_relu", "W2"], ["y"], name="/head/MatMul"),
+    ]
+    initializers = [numpy_helper.from_array(w, name) for w, name in zip(weights, ("W1", "W2"), strict=True)]
+    graph = helper.make_graph(nodes, "two", [_float("x", ["batch", k])], [_float("y", ["batch", 32])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _int4(root: Path, model: onnx.ModelProto, **config: object) -> ModelArtifact:
+    from passes.quantize.int4_weights import Int4Weights
+
+    return _apply(root, Int4Weights(Int4Weights.Config(**config)), _artifact(root / "float", model), "int4").model
+
+
+def _outputs(model_file: Path, x: np.ndarray, qdq: bool = False) -> np.ndarray:
+    """The model's output on the CPU EP. onnxruntime fuses DequantizeLinear + MatMul back into
+    MatMulNBits, by default with int8 activations (``session.qdq_matmulnbits_accuracy_level`` 4,
+    about 1% off here): a QDQ model runs with that level at 1 (float), as the MatMulNBits model does."""
+    options = ort.SessionOptions()
+    if qdq:
+        options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+    return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _unoptimized(model_file: Path, x: np.ndarray) -> np.ndarray:
+    """The graph's own result: DequantizeLinear then MatMul, no fusion."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _op_types(model_file: Path) -> list[str]:
+    return [node.op_type for node in onnx.load(str(model_file)).graph.node]
+
+
+QDQ_CASES = [
+    ({"is_symmetric": True}, {}),
+    ({"is_symmetric": False}, {}),
+    ({"is_symmetric": True}, {"use_int4": True}),
+    ({"is_symmetric": False}, {"use_signed_int": True, "add_zero_point": True}),
+    ({"is_symmetric": True, "block_size": 64}, {"use_transpose_op": True}),
+    ({"is_symmetric": False, "block_size": 128}, {"use_transpose_op": True, "use_int4": True}),  # one block: per-axis
+    ({"is_symmetric": True, "bits": 8}, {}),
+]
+
+
+@pytest.mark.parametrize(("quantize", "config"), QDQ_CASES)
+def test_nbits_to_qdq_matches_matmul_nbits_on_cpu(tmp_path: Path, quantize: dict, config: dict) -> None:
+    from passes.quantize.nbits_to_qdq import NbitsToQdq
+
+    quantized = _int4(tmp_path, _two_matmuls(), **quantize)
+    assert _op_types(quantized.model_file).count("MatMulNBits") == 2
+    result = _apply(tmp_path, NbitsToQdq(NbitsToQdq.Config(**config)), quantized, "qdq")
+    ops = _op_types(result.model.model_file)
+    assert "MatMulNBits" not in ops
+    assert ops.count("DequantizeLinear") == 2 and ops.count("MatMul") == 2
+    assert result.details["converted"] == 2 and result.details["skipped"] == {}
+    proto = onnx.load(str(result.model.model_file))
+    assert {entry.domain for entry in proto.opset_import} == {""}
+    onnx.checker.check_model(proto, full_check=True)
+    x = np.random.default_rng(100).standard_normal((16, K)).astype(np.float32)
+    reference = _outputs(quantized.model_file, x)
+    np.testing.assert_allclose(_unoptimized(result.model.model_file, x), reference, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_outputs(result.model.model_file, x, qdq=True), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_nbits_to_qdq_zero_points_and_names_follow_olive(tmp_path: Path) -> None:
+    from passes.quantize.nbits_to_qdq import NbitsToQdq
+
+    quantized = _int4(tmp_path, _two_matmuls(), is_symmetric=True)
+    result = _apply(tmp_path, NbitsToQdq(NbitsToQdq.Config(use_int4=True)), quantized, "signed")
+    proto = onnx.load(str(result.model.model_file))
+    dq = [node for node in proto.graph.node if node.op_type == "DequantizeLinear"]
+    assert [len(node.input) for node in dq] == [2, 2]  # symmetric int4: DQ's default zero point 0
+    initializers = {tensor.name: tensor for tensor in proto.graph.initializer}
+    weight = initializers[dq[0].input[0]]
+    assert weight.data_type == TensorProto.INT4 and list(weight.dims) == [K, N]
+    assert list(initializers[dq[0].input[1]].dims) == [K // 32, N]
+    unsigned = _apply(tmp_path, NbitsToQdq(NbitsToQdq.Config()), quantized, "unsigned")
+    dq = [node for node in onnx.load(str(unsigned.model.model_file)).graph.node if node.op_type == "DequantizeLinear"]
+    assert [len(node.input) for node in dq] == [3, 3]  # uint4 needs MatMulNBits' implicit 8
+
+
+def test_nbits_to_qdq_excludes_nodes_and_adds_the_bias(tmp_path: Path) -> None:
+    from passes.quantize.nbits_to_qdq import NbitsToQdq
+
+    quantized = _int4(tmp_path, _two_matmuls(), is_symmetric=False)
+    proto = onnx.load(str(quantized.model_file))
+    nbits = [node for node in proto.graph.node if node.op_type == "MatMulNBits"]
+    head = next(node for node in nbits if node.output[0] == "y")
+    layer = next(node for node in nbits if node is not head)
+    bias = np.random.default_rng(9).standard_normal(N).astype(np.float32)
+    proto.graph.initializer.append(numpy_helper.from_array(bias, "layer_bias"))
+    while len(layer.input) < 5:
+        layer.input.append("")
+    layer.input.append("layer_bias")
+    with_bias = _artifact(tmp_path / "bias", proto)
+    result = _apply(tmp_path, NbitsToQdq(NbitsToQdq.Config(nodes_to_exclude=[head.name])), with_bias, "partial")
+    assert _op_types(result.model.model_file).count("MatMulNBits") == 1
+    assert "Add" in _op_types(result.model.model_file)
+    assert result.details["skipped"] == {head.name: "in nodes_to_exclude"}
+    x = np.random.default_rng(3).standard_normal((4, K)).astype(np.float32)
+    np.testing.assert_allclose(_unoptimized(result.model.model_file, x), _outputs(with_bias.model_file, x), rtol=1e-4, atol=1e-5)
