@@ -75,8 +75,9 @@ def test_uint16_activations_give_uint16_zero_points_and_run_on_the_cpu(tmp_path:
 
 
 def test_16bit_activations_are_closer_to_float_than_8bit(tmp_path: Path) -> None:
-    # Per-channel qint8 weights in both, so the activations' rounding is what differs. Measured on
-    # this MLP: 8-bit activations 1.3 % relative L2 error, 16-bit 0.6 % (the rest is the weights').
+    # Per-channel qint8 weights in both, 64 calibration samples. Measured on this MLP: relative L2
+    # error 3.23 % with 8-bit activations, 2.98 % with quint16 or qint16: the weights' 8 bits
+    # dominate what is left, so the margin is small but the same on every run (the pass is deterministic).
     source = _artifact(tmp_path / "in", _mlp())
     reference = _infer(source.model_file, {"x": X})
     errors = {
