@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from genai_models import TinyGenai
 from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
@@ -187,3 +188,19 @@ def test_compose_gives_the_original_model(tmp_path: Path, num_splits: int) -> No
     got = _session(result.model.model_file).run(["logits", "last_hidden"], _feeds())
     for value, expected in zip(got, _reference(tmp_path).values(), strict=True):
         np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_genai_decoder_split_into_a_pipeline(tiny_genai: TinyGenai, tmp_path: Path) -> None:
+    """A genai decoder split in two: genai_config.json becomes a decoder-pipeline over the parts,
+    and ONNX Runtime GenAI generates the same tokens from it as from the whole decoder."""
+    from decoder_passes import NEW_TOKENS, PROMPT, og_greedy
+
+    ctx = PassContext(step_id="split", workdir=tmp_path / "work", output_dir=tmp_path / "parts")
+    result = SplitModel(SplitModel.Config(num_splits=2))(tiny_genai.fp32, ctx)
+    folder = Path(result.model.path)
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["type"] == "decoder-pipeline"
+    stages = config["model"]["decoder"]["pipeline"][0]
+    assert [stage["filename"] for stage in stages.values()] == ["model_0.onnx", "model_1.onnx"]
+    expected = og_greedy(tiny_genai.fp32.path, PROMPT, NEW_TOKENS, ignore_eos=True)
+    assert og_greedy(folder, PROMPT, NEW_TOKENS, ignore_eos=True) == expected
