@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from engine import registry
 from engine.core.refs import RefKind, references
+from engine.olive.decoder_passes import QNN_STATIC
 from engine.olive.metrics import translate_metric
 from engine.olive.missing import missing_pass_reason
 from engine.olive.options import METADATA_ONLY, NO_INC_WEIGHT_ONLY
@@ -54,6 +55,8 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
             session = session_settings(tuning, where, ctx)
             continue
         spec = pass_spec(kind)
+        if kind.lower() == "onnxstaticquantization" and getattr(ctx, "qnn", False):
+            spec = QNN_STATIC
         if spec is None or spec.kiln is None:
             ctx.skip(where, spec.reason if spec else missing_pass_reason(kind))
             continue

@@ -5,6 +5,10 @@ builder reads) and ONNX-level k-quant. Entries as in ``engine.olive.passes``."""
 from __future__ import annotations
 
 from engine.olive.options import (
+    QUANT_DEFAULTS,
+    QUANT_DROPPED,
+    QUANT_OPTIONS,
+    STATIC,
     TORCH_QUANT,
     TORCH_QUANT_DEFAULTS,
     TORCH_QUANT_DROPPED,
@@ -114,3 +118,16 @@ DECODER_PASSES: dict[str, PassSpec] = {
         {"algorithm": "k_quant", "block_size": 32},
     ),
 }
+
+
+#: OnnxStaticQuantization where the target runs QNN's provider: Olive then quantizes with
+#: onnxruntime's QNN rules (get_qnn_qdq_config), as Kiln's qnn_quantize does
+QNN_STATIC = PassSpec(
+    "qnn_quantize",
+    {**QUANT_OPTIONS, "op_types_to_exclude": "op_types_to_exclude"},
+    {**QUANT_DEFAULTS, "quant_mode": "static", "activation_type": "uint16", "precision": "uint8", "weight_type": "QUInt8"},
+    {"mode": "static"},
+    "calibration",
+    STATIC,
+    dropped={k: v for k, v in QUANT_DROPPED.items() if k != "op_types_to_exclude"},
+)

@@ -48,6 +48,7 @@ class Context:
     noted: set[str] = field(default_factory=set)
     dtype: str | None = None  # the dtype Olive loads a Hugging Face model in (load_kwargs.torch_dtype)
     at: str = ""  # the Olive key being translated: where a malformed value is reported
+    qnn: bool = False  # the target system runs QNN's provider: Olive quantizes statically with QNN's rules
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))
@@ -103,6 +104,19 @@ class Context:
         return key
 
 
+def _runs_qnn(systems: Any, target: Any) -> bool:
+    """Whether the system Olive's engine runs on (``engine.target``, else any system) has QNN's
+    execution provider, which makes Olive's static quantization use QNN's rules."""
+    if not isinstance(systems, dict):
+        return False
+    chosen = [systems[target]] if isinstance(target, str) and isinstance(systems.get(target), dict) else list(systems.values())
+    for system in chosen:
+        for accelerator in ((system or {}).get("config") or system or {}).get("accelerators") or []:
+            if isinstance(accelerator, dict) and "QNNExecutionProvider" in (accelerator.get("execution_providers") or []):
+                return True
+    return False
+
+
 def plain(name: str) -> str:
     """A Kiln id (a plain name) from an Olive name."""
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-") or "step"
@@ -152,6 +166,7 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
     ctx.at = "input_model"
     workflow["input"] = translate_input(config.get("input_model"), ctx)
     translate_data(config.get("data_configs") or [], ctx)
+    ctx.qnn = _runs_qnn(config.get("systems") or {}, engine.get("target"))
     workflow["steps"], session = translate_steps(passes, workflow["input"]["format"], ctx)
     _check_input(workflow, ctx)
     runtime = _runtime(workflow["steps"])
