@@ -29,6 +29,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "compose_models": "passes.graph.compose_models:ComposeModels",
         "fixed_shape": "passes.graph.fixed_shape:FixedShape",
         "nbits_to_qdq": "passes.quantize.nbits_to_qdq:NbitsToQdq",
+        "add_metadata": "passes.graph.add_metadata:AddMetadata",
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
         "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
         "qnn_quantize": "passes.quantize.qnn_quantize:QnnQuantize",

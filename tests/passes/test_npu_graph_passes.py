@@ -222,3 +222,53 @@ def test_nbits_to_qdq_excludes_nodes_and_adds_the_bias(tmp_path: Path) -> None:
     assert result.details["skipped"] == {head.name: "in nodes_to_exclude"}
     x = np.random.default_rng(3).standard_normal((4, K)).astype(np.float32)
     np.testing.assert_allclose(_unoptimized(result.model.model_file, x), _outputs(with_bias.model_file, x), rtol=1e-4, atol=1e-5)
+
+
+# -- add_metadata ------------------------------------------------------------------------------------
+def _props(model_file: Path) -> dict[str, str]:
+    return {entry.key: entry.value for entry in onnx.load(str(model_file)).metadata_props}
+
+
+def test_add_metadata_writes_lineage_and_user_keys(tmp_path: Path) -> None:
+    from passes.graph.add_metadata import AddMetadata
+
+    proto = _dynamic_model()
+    onnx.helper.set_model_props(proto, {"producer_note": "exported", "owner": "old"})
+    source = _artifact(tmp_path / "in", proto)
+    source = ModelArtifact(
+        source.format, source.path, source.digest, attrs={"model": "org/tiny", "commit": "abc123", "task": "feature-extraction"}
+    )
+    config = AddMetadata.Config(metadata={"owner": "npu-team", "release": 3, "calibrated": True}, graph_name="tiny-npu")
+    result = _apply(tmp_path, AddMetadata(config), source, "meta")
+    props = _props(result.model.model_file)
+    assert props["owner"] == "npu-team" and props["release"] == "3" and props["calibrated"] == "true"
+    assert props["producer_note"] == "exported"  # kept
+    assert props["kiln.step"] == "meta"
+    assert props["kiln.input_digest"] == source.digest
+    assert props["kiln.input_format"] == "onnx"
+    assert (props["kiln.hf_model"], props["kiln.hf_commit"], props["kiln.task"]) == ("org/tiny", "abc123", "feature-extraction")
+    assert props["kiln.version"]
+    assert onnx.load(str(result.model.model_file)).graph.name == "tiny-npu"
+    assert result.details["replaced"] == ["owner"] and result.details["kept"] == ["producer_note"]
+    assert list(props) == sorted(props)
+
+
+def test_add_metadata_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+    from passes.graph.add_metadata import AddMetadata
+
+    source = _artifact(tmp_path / "in", _dynamic_model())
+    config = AddMetadata.Config(metadata={"b": "2", "a": "1"}, graph_name="g")
+    first = _apply(tmp_path / "one", AddMetadata(config), source, "meta")
+    second = _apply(tmp_path / "two", AddMetadata(config), source, "meta")
+    assert first.model.model_file.read_bytes() == second.model.model_file.read_bytes()
+    assert first.model.digest == second.model.digest
+
+
+def test_add_metadata_without_lineage_and_reserved_keys(tmp_path: Path) -> None:
+    from passes.graph.add_metadata import AddMetadata
+
+    source = _artifact(tmp_path / "in", _dynamic_model())
+    result = _apply(tmp_path, AddMetadata(AddMetadata.Config(metadata={"k": "v"}, lineage=False)), source, "plain")
+    assert _props(result.model.model_file) == {"k": "v"}
+    with pytest.raises(ValueError, match="Kiln's lineage"):
+        AddMetadata.Config(metadata={"kiln.step": "x"})
