@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from engine import registry
 from engine.core.refs import RefKind, references
-from engine.olive.decoder_passes import QNN_STATIC
+from engine.olive.decoder_passes import QNN_STATIC, capture_split_info, split_spec
 from engine.olive.metrics import translate_metric
 from engine.olive.missing import missing_pass_reason
 from engine.olive.options import METADATA_ONLY, NO_INC_WEIGHT_ONLY
@@ -54,9 +54,14 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
                 ctx.notes.append(f"{where}.data_config: Kiln times the session settings on the latency evaluation's data")
             session = session_settings(tuning, where, ctx)
             continue
+        if kind.lower() == "capturesplitinfo":  # Kiln's split_model splits where Olive's SplitModel does
+            ctx.split_info = capture_split_info(configs[0], where, ctx)
+            continue
         spec = pass_spec(kind)
         if kind.lower() == "onnxstaticquantization" and getattr(ctx, "qnn", False):
             spec = QNN_STATIC
+        elif kind.lower() == "splitmodel":
+            spec = split_spec(getattr(ctx, "split_info", None))
         if spec is None or spec.kiln is None:
             ctx.skip(where, spec.reason if spec else missing_pass_reason(kind))
             continue

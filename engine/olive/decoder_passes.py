@@ -1,8 +1,12 @@
-"""Olive's decoder weight quantizers → Kiln passes: PyTorch-level (rtn, gptq, GptqModel,
-GptqQuantizer, SelectiveMixedPrecision, QuaRot, written as Olive-format checkpoints the model
-builder reads) and ONNX-level k-quant. Entries as in ``engine.olive.passes``."""
+"""Olive's decoder and NPU passes → Kiln passes: PyTorch-level weight quantizers (rtn, gptq,
+GptqModel, GptqQuantizer, SelectiveMixedPrecision, QuaRot, written as Olive-format checkpoints
+the model builder reads), ONNX-level k-quant, the NPU graph work (DynamicToFixedShape,
+MatMulNBitsToQDQ, AddOliveMetadata, CaptureSplitInfo / SplitModel) and static quantization with
+QNN's rules. Entries as in ``engine.olive.passes``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from engine.olive.options import (
     QUANT_DEFAULTS,
@@ -19,6 +23,21 @@ from engine.olive.options import (
 from engine.olive.spec import PassSpec
 
 DECODER_PASSES: dict[str, PassSpec] = {
+    "DynamicToFixedShape": PassSpec(
+        "fixed_shape",
+        {k: k for k in ("dim_param", "dim_value", "input_name", "input_shape")},
+        {"dim_param": None, "dim_value": None, "input_name": None, "input_shape": None},
+    ),
+    "MatMulNBitsToQDQ": PassSpec(
+        "nbits_to_qdq",
+        {k: k for k in ("use_transpose_op", "use_int4", "use_signed_int", "add_zero_point", "nodes_to_exclude")},
+        {"use_transpose_op": False, "use_int4": False, "use_signed_int": False, "add_zero_point": False, "nodes_to_exclude": None},
+    ),
+    "AddOliveMetadata": PassSpec(
+        "add_metadata",
+        {"graph_name": "graph_name", "custom_metadata": "metadata", "add_optimization_info": "lineage"},
+        {"custom_metadata": {}, "add_optimization_info": True},
+    ),
     # Olive's PyTorch weight quantizers: Kiln's torch_quant passes write the same (olive) checkpoint
     "rtn": PassSpec(
         "rtn",
@@ -131,3 +150,30 @@ QNN_STATIC = PassSpec(
     STATIC,
     dropped={k: v for k, v in QUANT_DROPPED.items() if k != "op_types_to_exclude"},
 )
+
+#: Olive's CaptureSplitInfo options Kiln's split_model takes; the others and why not
+SPLIT_OPTIONS = ("num_splits", "unique_embeds_lm_head_splits")
+SPLIT_DROPPED = {
+    "cost_model": "Kiln's split_model splits by a weight budget in bytes (max_part_bytes), not by Olive's cost-model CSV",
+    "block_to_split": "Kiln's split_model finds the layers from the node names (layers.<i>)",
+}
+
+
+def capture_split_info(olive: dict[str, Any], where: str, ctx: Any) -> dict[str, Any]:
+    """Olive's CaptureSplitInfo annotates the model with how to split it; the SplitModel step later
+    splits it. Kiln's split_model takes the same options where that SplitModel runs."""
+    found = {k: olive[k] for k in SPLIT_OPTIONS if olive.get(k) is not None}
+    for key, why in SPLIT_DROPPED.items():
+        if olive.get(key) is not None:
+            ctx.skip(f"{where}.{key}", why)
+    ctx.notes.append(f"{where}: the split it records ({found or 'none'}) is made by the split_model step SplitModel becomes")
+    return found
+
+
+def split_spec(info: dict[str, Any] | None) -> PassSpec:
+    """Olive's SplitModel as Kiln's split_model, with what the CaptureSplitInfo before it recorded."""
+    if not info or "num_splits" not in info:
+        return PassSpec(
+            None, reason="Olive's SplitModel splits where a CaptureSplitInfo before it said; none did: give split_model num_splits"
+        )
+    return PassSpec("split_model", fixed=dict(info))

@@ -49,6 +49,7 @@ class Context:
     dtype: str | None = None  # the dtype Olive loads a Hugging Face model in (load_kwargs.torch_dtype)
     at: str = ""  # the Olive key being translated: where a malformed value is reported
     qnn: bool = False  # the target system runs QNN's provider: Olive quantizes statically with QNN's rules
+    split_info: dict[str, Any] | None = None  # what a CaptureSplitInfo recorded, for the SplitModel after it
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))

@@ -44,11 +44,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "splits, composes or re-shapes models for a static-shape NPU runtime: Kiln has no such pass": (
         "staticllm",
-        "splitmodel",
-        "capturesplitinfo",
-        "composeonnxmodels",
         "capturelayerannotations",
-        "dynamictofixedshape",
         "inputnchwtonhwc",
     ),
     "packages an OpenVINO model for ONNX Runtime's OpenVINO provider or rewrites its I/O: Kiln runs OpenVINO IR on the openvino target": (
@@ -60,9 +56,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "optimumconversion",
         "optimummerging",
     ),
-    "rewrites MatMulNBits into QuantizeLinear/DequantizeLinear for NPUs: Kiln has no such pass": ("matmulnbitstoqdq",),
     "k-quant of the PyTorch model's weights: Kiln's k-quant is ONNX-level (int4_weights algorithm k_quant)": ("kquant",),
-    "writes Olive's metadata into the model: Kiln records what made a model in its records": ("addolivemetadata",),
     "AI Toolkit's script pass (runs its own Python): Kiln has no such pass": ("aitkpython",),
     "builds with Mobius (ONNX Runtime GenAI's multi-component builder): Kiln's genai_build builds decoders": ("mobiusbuilder",),
 }

@@ -126,6 +126,7 @@ PASSES: dict[str, PassSpec] = {
         {"algorithm": "hqq", "block_size": 128},
         dropped={**INT4_DROPPED, "accuracy_level": "Kiln's hqq leaves the MatMulNBits compute type unset"},
     ),
+    "ComposeOnnxModels": PassSpec("compose_models"),
     # each surgeon with Olive's name and options: graph_surgery takes them as they are
     "GraphSurgeries": PassSpec("graph_surgery", {"surgeries": "surgeries"}),
     "OnnxFloatToFloat16": PassSpec(
