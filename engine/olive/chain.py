@@ -93,6 +93,9 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
         if after:
             step["after"] = after
         _drop_refused(cls, config, where, ctx)
+        if kiln == "fixed_shape" and not {"dim_param", "input_name"} & set(config):
+            ctx.skip(where, "names no dims to fix (dim_param with dim_value, or input_name with input_shape, as lists)")
+            continue
         if config:
             step["config"] = config
         if search:
