@@ -45,6 +45,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "ort_serialize": "passes.compile.ort_serialize:OrtSerialize",
         "ort_compile": "passes.compile.ort_compile:OrtCompile",
         "genai_build": "passes.generate.genai_build:GenaiBuild",
+        "static_llm": "passes.generate.static_llm:StaticLlm",
         "rtn": "passes.torch_quant.rtn:Rtn",
         "gptq": "passes.torch_quant.gptq:Gptq",
         "decoder_export": "passes.generate.decoder_export:DecoderExport",

@@ -10,6 +10,7 @@ stay fast (and work where onnxruntime is not installed).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import KilnError, MissingDependency, TargetUnavailable
@@ -30,6 +31,7 @@ from targets.onnxruntime.session import (
     tensor_shape,
 )
 from targets.onnxruntime.snippet import ort_snippet
+from targets.onnxruntime.static_decoder import DECODE_FILE, StaticDecoderSession, is_static
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
@@ -120,7 +122,7 @@ class OnnxRuntimeTarget(Target):
             options[index] = trt_cache.options_with(options[index], trt_cache.provider_options(trt, folder))
         return options
 
-    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession | DecoderSession:
+    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession | DecoderSession | StaticDecoderSession:
         if model.format not in self.accepts:
             raise KilnError(f"target '{self.id}' (onnxruntime) runs ONNX models and genai decoder folders, got a {model.format} model")
         if model.format == "genai" and self.config.cuda_graph is not None:
@@ -160,6 +162,10 @@ class OnnxRuntimeTarget(Target):
         if model.format == "genai":
             layout = DecoderLayout.read(model.path, inputs)
             device, device_id = self._device_of(in_use, passed)
+            if is_static(inputs, layout):  # a static_llm folder: prefill model.onnx, token generation decode.onnx
+                decode = Path(model.path) / DECODE_FILE
+                token = self._create(onnxruntime, model, decode)[0] if decode.is_file() else None
+                return StaticDecoderSession(session, token, inputs, outputs, details, layout, device, device_id)
             # the decode loop binds unless io_binding is false (the naive loop, for comparison)
             return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id)
         plan = self._binding_plan(in_use, passed, outputs)
@@ -247,7 +253,7 @@ class OnnxRuntimeTarget(Target):
         the session bound its inputs and outputs, runs through I/O binding the same way."""
         return ort_snippet(settings, model_path)
 
-    def _create(self, onnxruntime: Any, model: ModelArtifact) -> tuple[Any, list[dict[str, Any]] | None]:
+    def _create(self, onnxruntime: Any, model: ModelArtifact, file: Path | None = None) -> tuple[Any, list[dict[str, Any]] | None]:
         """The InferenceSession (providers by name, or a plugin EP through its devices) and the
         provider options passed to it."""
         providers = list(self.config.providers)
@@ -257,7 +263,7 @@ class OnnxRuntimeTarget(Target):
             onnxruntime.preload_dlls()
         options = self.session_options()
         provider_options = self.provider_options_for(model, onnxruntime.__version__)
-        path = str(model.model_file)
+        path = str(file or model.model_file)
         try:
             if eps.is_plugin(onnxruntime, providers[0]):
                 _add_plugin_devices(onnxruntime, options, providers, provider_options)
