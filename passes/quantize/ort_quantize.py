@@ -137,13 +137,7 @@ class OrtQuantize(OnnxPass):
         nodes_to_quantize = _node_list(cfg.nodes_to_quantize or [], graph, "nodes_to_quantize")
         nodes_to_exclude = _node_list(cfg.nodes_to_exclude, graph, "nodes_to_exclude")
         note_absent_op_types(cfg, graph, notes)
-        feed = None
-        if static:
-            from passes.quantize.calibration import model_inputs, prepare_feed
-
-            assert cfg.calibration is not None and cfg.calibration_batch_size is not None  # the config validator sees to it
-            dataset = ctx.dataset(cfg.calibration)
-            feed = prepare_feed(dataset, cfg.calibration, model_inputs(graph), cfg.calibration_samples, cfg.calibration_batch_size)
+        feed = self._calibration_feed(model, ctx, graph) if static else None
         quantized_file = given.workdir / "quantized.onnx"
         with capture_library_logs() as messages:
             before, preprocess_state, calibration, timings = self._quantize(
@@ -174,6 +168,16 @@ class OrtQuantize(OnnxPass):
             details["calibration"] = calibration
         ctx.logger.debug("ort_quantize %s: quantized %s, not quantized %s", ctx.step_id, quantized_ops, unquantized)
         return onnx_output(model, ctx, details, notes)
+
+    def _calibration_feed(self, model: ModelArtifact, ctx: PassContext, graph: onnx.ModelProto) -> CalibrationFeed:
+        """The calibration batches: the workflow dataset's values of the model's inputs."""
+        from passes.quantize.calibration import model_inputs, prepare_feed
+
+        cfg = self.config
+        assert cfg.calibration is not None and cfg.calibration_batch_size is not None  # the config validator sees to it
+        return prepare_feed(
+            ctx.dataset(cfg.calibration), cfg.calibration, model_inputs(graph), cfg.calibration_samples, cfg.calibration_batch_size
+        )
 
     def _quantize(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,8 +111,17 @@ def linked_input(source: Path, workdir: Path) -> Path:
         link = folder / name
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.exists():
-            os.symlink((source.parent / name).resolve(), link)
+            _link(source.parent / name, link, data=name != source.name)
     return folder / source.name
+
+
+def _link(target: Path, link: Path, data: bool) -> None:
+    """The model file as a symbolic link; an external-data file as a copy: onnx's checker (which
+    onnxruntime's calibrator runs) refuses external data behind a symbolic or a hard link."""
+    if data:
+        shutil.copyfile(target, link)
+    else:
+        os.symlink(target.resolve(), link)
 
 
 def preprocess_for_quantization(

@@ -116,6 +116,8 @@ class QnnQuantize(OrtQuantize):
         "static QDQ quantization under onnxruntime's QNN rules (16-bit activations, 8-bit weights by default), calibrated on a dataset"
     )
     version = "1"
+    accepts = ("onnx", "genai")
+    keeps = ("genai",)  # a decoder folder stays one: its model.onnx quantized, genai_config.json and the tokenizer copied
 
     search_space = {
         "per_channel": Categorical((False, True)),
@@ -126,6 +128,17 @@ class QnnQuantize(OrtQuantize):
 
     Config = QnnQuantizeConfig  # type: ignore[assignment]
     config: QnnQuantizeConfig
+
+    def _calibration_feed(self, model: ModelArtifact, ctx: PassContext, graph: onnx.ModelProto) -> CalibrationFeed:
+        """A decoder (``genai``) is calibrated on prefills of the dataset's token ids, its cache
+        inputs empty (``passes.quantize.decoder_calibration``); an ONNX model as ort_quantize is."""
+        if model.format != "genai":
+            return super()._calibration_feed(model, ctx, graph)
+        from passes.quantize.decoder_calibration import decoder_feed
+
+        cfg = self.config
+        assert cfg.calibration is not None
+        return decoder_feed(ctx.dataset(cfg.calibration), cfg.calibration, graph, Path(model.path), cfg.calibration_samples)
 
     def _quantize(
         self,
@@ -160,6 +173,16 @@ class QnnQuantize(OrtQuantize):
         op_types[:] = sorted(qnn_config.op_types_to_quantize)
         started = time.perf_counter()
         ranges_file, calibration = _calibrate(cfg, model, ctx, to_quantize, before, preprocess_state, feed, op_types, large, notes)
+        if model.format == "genai":
+            from passes.quantize.decoder_calibration import tie_cache_ranges
+
+            calibration["cache_ranges_from_present"] = len(tie_cache_ranges(ranges_file, Path(model.path)))
+            if "GroupQueryAttention" in op_types:
+                notes.append(
+                    "the decoder's cache is quantized (QDQ around GroupQueryAttention): onnxruntime's CPU provider runs it with a "
+                    "preallocated past/present buffer, but fails on a prefill fed an empty past; "
+                    "op_types_to_exclude: [GroupQueryAttention] keeps the cache in float"
+                )
         timings["calibrate"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
         _run_quantize(cfg, qnn_config, to_quantize, quantized_file, ranges_file, op_types, nodes, large)
