@@ -21,6 +21,7 @@ from engine.olive.metrics import translate_metric
 from engine.olive.missing import missing_pass_reason
 from engine.olive.options import METADATA_ONLY, NO_INC_WEIGHT_ONLY
 from engine.olive.passes import pass_spec
+from engine.olive.spec import PassSpec
 from engine.olive.steps import fusion_fp16, step_options
 from engine.olive.systems import session_settings
 
@@ -57,23 +58,11 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
         if kind.lower() == "capturesplitinfo":  # Kiln's split_model splits where Olive's SplitModel does
             ctx.split_info = capture_split_info(configs[0], where, ctx)
             continue
-        spec = pass_spec(kind)
-        if kind.lower() == "onnxstaticquantization" and getattr(ctx, "qnn", False):
-            spec = QNN_STATIC
-        elif kind.lower() == "splitmodel":
-            spec = split_spec(getattr(ctx, "split_info", None))
-        if spec is None or spec.kiln is None:
-            ctx.skip(where, spec.reason if spec else missing_pass_reason(kind))
-            continue
+        spec = _spec(kind, ctx)
         whole = {**configs[0], **(configs[0].get("config") or {})}
-        if whole.get("metadata_only") and spec.kiln == "genai_build":
-            ctx.skip(where, METADATA_ONLY)
-            continue
-        if whole.get("approach") == "weight_only" and spec.kiln == "inc_quantize":
-            ctx.skip(where, NO_INC_WEIGHT_ONLY)
-            continue
-        if spec.kiln == "onnx_simplify" and not any(whole.get(k, True) for k in PEEPHOLE_REWRITES):
-            ctx.skip(where, PEEPHOLE_OFF)
+        refused = _refused(kind, spec, whole)
+        if spec is None or spec.kiln is None or refused:
+            ctx.skip(where, refused or (spec.reason if spec else missing_pass_reason(kind)))
             continue
         config, search = step_options(spec, configs, where, ctx)
         kiln = spec.kiln
@@ -107,6 +96,28 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
             steps.append({"id": _unique(f"{step['id']}_fp16", steps), "pass": "fp16", "after": step["id"], "config": fp16})
             formats[steps[-1]["id"]] = "onnx"
     return steps, session
+
+
+def _spec(kind: str, ctx: Any) -> PassSpec | None:
+    """The translation of an Olive pass type here: QNN's static quantization on a QNN system, the
+    split a CaptureSplitInfo before it recorded."""
+    if kind.lower() == "onnxstaticquantization" and getattr(ctx, "qnn", False):
+        return QNN_STATIC
+    if kind.lower() == "splitmodel":
+        return split_spec(getattr(ctx, "split_info", None))
+    return pass_spec(kind)
+
+
+def _refused(kind: str, spec: PassSpec | None, whole: dict[str, Any]) -> str | None:
+    """Why a pass Kiln has is still not carried over with these options (None: it is)."""
+    kiln = spec.kiln if spec else None
+    if whole.get("metadata_only") and kiln == "genai_build":
+        return METADATA_ONLY
+    if whole.get("approach") == "weight_only" and kiln == "inc_quantize":
+        return NO_INC_WEIGHT_ONLY
+    if kiln == "onnx_simplify" and not any(whole.get(k, True) for k in PEEPHOLE_REWRITES):
+        return PEEPHOLE_OFF
+    return None
 
 
 def _unique(wanted: str, steps: list[dict[str, Any]]) -> str:

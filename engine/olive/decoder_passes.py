@@ -23,6 +23,11 @@ from engine.olive.options import (
 from engine.olive.spec import PassSpec
 
 DECODER_PASSES: dict[str, PassSpec] = {
+    "StaticLLM": PassSpec(
+        "static_llm",
+        {k: k for k in ("batch_size", "context_length", "prefill_decode_models", "group_session_options", "update_genai_config")},
+        {"batch_size": 1, "context_length": 64, "prefill_decode_models": True, "group_session_options": None, "update_genai_config": False},
+    ),
     "DynamicToFixedShape": PassSpec(
         "fixed_shape",
         {k: k for k in ("dim_param", "dim_value", "input_name", "input_shape")},

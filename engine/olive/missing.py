@@ -43,7 +43,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "aimetquantization",
     ),
     "splits, composes or re-shapes models for a static-shape NPU runtime: Kiln has no such pass": (
-        "staticllm",
         "capturelayerannotations",
         "inputnchwtonhwc",
     ),

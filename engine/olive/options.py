@@ -96,6 +96,15 @@ def gptqmodel_dynamic(value: Any) -> Any:
     return out
 
 
+def quant_extra_options(value: Any) -> Any:
+    """onnxruntime's quantizer extra options as Kiln's ort_quantize takes them: CalibStridedMinMax
+    (MinMax calibration in strides of N samples, to bound memory; the same ranges) is dropped, as
+    Kiln's calibration refuses it in favour of CalibMaxIntermediateOutputs."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if k != "CalibStridedMinMax"} or None
+
+
 def keep_io_types(value: Any) -> Any:
     """Olive's fp16 keep_io_types is a bool or a list of input/output names; Kiln's is a bool: a list keeps them all."""
     return bool(value) if isinstance(value, list) else value
@@ -153,7 +162,7 @@ QUANT_OPTIONS: dict[str, Option] = {
     "op_types_to_quantize": "op_types_to_quantize",
     "nodes_to_quantize": "nodes_to_quantize",
     "nodes_to_exclude": "nodes_to_exclude",
-    "extra_options": "extra_options",
+    "extra_options": ("extra_options", quant_extra_options),
     "quant_preprocess": "preprocess",
     "weight_symmetric": "symmetric_weight",
     "activation_symmetric": "symmetric_activation",
