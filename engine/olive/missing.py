@@ -42,7 +42,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "nvmodeloptgraphsurgery",
         "aimetquantization",
     ),
-    "splits, composes or re-shapes models for a static-shape NPU runtime: Kiln has no such pass": (
+    "re-lays a model out for a static-shape NPU runtime: Kiln has no such pass": (
         "capturelayerannotations",
         "inputnchwtonhwc",
     ),

@@ -200,7 +200,7 @@ def test_ep_context_and_a_branch_where_the_model_before_is_not_taken(tmp_path):
 
 
 def test_passes_kiln_lacks_are_listed_by_family(tmp_path):
-    t = run(tmp_path, {"s": {"type": "StaticLLM"}, "l": {"type": "LoRA"}, "x": {"type": "Nonesuch"}})
+    t = run(tmp_path, {"s": {"type": "InputNCHWtoNHWC"}, "l": {"type": "LoRA"}, "x": {"type": "Nonesuch"}})
     listed = dict(t.unmapped)
     assert "static-shape NPU runtime" in listed["passes.s"] and "fine-tunes the model" in listed["passes.l"]
     assert listed["passes.x"] == "no Kiln pass for Olive's Nonesuch: the chain goes on without it"
