@@ -172,3 +172,17 @@ def test_minilm_runtime_settings_never_choose_slower_than_the_defaults(tmp_path,
         assert ran.returncode == 0, ran.stderr
     ort = [c for c in records if c["target"] == "ort-cpu" and c["settings"].get("intra_op_threads") == 1]
     assert {c["evaluations"]["latency"]["details"]["session"]["intra_op_threads"] for c in ort} == {1}
+
+
+@pytest.mark.slow
+def test_bert_qnn_runs_its_cpu_part_and_says_why_the_npu_target_cannot_run(tmp_path, shared_store):
+    done = _run(WORKFLOWS / "bert-qnn.yaml", shared_store, tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "target ort-qnn SKIPPED: QNNExecutionProvider" in " ".join(done.stdout.split())
+    records = {c["path"]: c for c in json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]}
+    assert set(records) == {"export", "export → static_shape → a16w8"}
+    assert all(c["target"] == "ort-cpu" and c["state"] == "complete" for c in records.values())
+    quantized = records["export → static_shape → a16w8"]
+    details = quantized["steps"][2]["details"]
+    assert details["activation_type"] == "quint16" and details["quant_format"] == "QDQ"
+    assert "fidelity.cosine_mean" in quantized["metrics"]  # measured on the CPU provider, whatever it is
