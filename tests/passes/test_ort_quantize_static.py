@@ -51,9 +51,9 @@ def _mlp(seed: int = 0) -> onnx.ModelProto:
     return _graph_model(nodes, weights, [x], [y])
 
 
-def _convnet() -> onnx.ModelProto:
-    """x[batch,3,8,8] → Conv(8x3x3x3) → Relu → GlobalAveragePool → Flatten → MatMul(8x4) → y[batch,4]."""
-    rng = np.random.default_rng(2)
+def _convnet(activation: str = "Relu", seed: int = 2) -> onnx.ModelProto:
+    """x[batch,3,8,8] → Conv(8x3x3x3) → ``activation`` → GlobalAveragePool → Flatten → MatMul(8x4) → y[batch,4]."""
+    rng = np.random.default_rng(seed)
     weights = {
         "Wc": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
         "bc": (rng.standard_normal(8) * 0.1).astype(np.float32),
@@ -61,7 +61,7 @@ def _convnet() -> onnx.ModelProto:
     }
     nodes = [
         helper.make_node("Conv", ["x", "Wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node(activation, ["c"], ["r"], name=activation.lower()),
         helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
         helper.make_node("MatMul", ["f", "Wf"], ["y"], name="fc"),

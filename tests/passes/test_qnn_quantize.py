@@ -8,34 +8,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 from pydantic import ValidationError
 
 from engine.core import ModelArtifact, PassResult
 from passes.quantize.ort_quantize import OrtQuantize
 from passes.quantize.qnn_quantize import QnnQuantize
-from tests.passes.test_ort_quantize_static import X, _artifact, _calibration_set, _context, _infer, _mlp, _relative_error
+from tests.passes.test_ort_quantize_static import X, _artifact, _calibration_set, _context, _convnet, _infer, _mlp, _relative_error
 
-
-def _conv_sigmoid() -> onnx.ModelProto:
-    """x[batch,3,8,8] → Conv(8x3x3x3) → Sigmoid → GlobalAveragePool → Flatten → MatMul(8x4) → y[batch,4]."""
-    rng = np.random.default_rng(7)
-    weights = {
-        "Wc": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
-        "bc": (rng.standard_normal(8) * 0.1).astype(np.float32),
-        "Wf": (rng.standard_normal((8, 4)) * 0.5).astype(np.float32),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "Wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-        helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
-        helper.make_node("GlobalAveragePool", ["s"], ["p"], name="pool"),
-        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-        helper.make_node("MatMul", ["f", "Wf"], ["y"], name="fc"),
-    ]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    graph = helper.make_graph(nodes, "test", [x], [y], [numpy_helper.from_array(v, k) for k, v in weights.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+#: the Sigmoid's output in _convnet("Sigmoid")
+SIGMOID_OUT = "r"
 
 
 def _run(
@@ -117,11 +99,11 @@ def test_qnn_rules_fix_sigmoid_output_and_keep_matmul_weights_per_tensor(tmp_pat
     """What get_qnn_qdq_config requires for QNN's HTP: a 16-bit Sigmoid's output quantized with
     scale 1/65536 and zero point 0 whatever the calibration saw; with per_channel, Conv weights per
     channel but MatMul weights per tensor (QNN has no per-channel MatMul); weights uint8."""
-    source = _artifact(tmp_path / "in", _conv_sigmoid())
+    source = _artifact(tmp_path / "in", _convnet("Sigmoid", seed=7))
     result = _run(QnnQuantize, tmp_path, source, "qnn", shape=(3, 8, 8), per_channel=True, preprocess=False)
     model = onnx.load(str(result.model.model_file))
     quantize = _quantize_params(model, "QuantizeLinear")
-    scale, zero_point = quantize["s"]
+    scale, zero_point = quantize[SIGMOID_OUT]
     assert zero_point.dtype == np.uint16 and int(zero_point) == 0
     assert float(scale) == pytest.approx(1.0 / 65536.0)
     assert all(zp.dtype == np.uint16 for _, zp in quantize.values())
@@ -130,24 +112,24 @@ def test_qnn_rules_fix_sigmoid_output_and_keep_matmul_weights_per_tensor(tmp_pat
     assert conv_scale.shape == (8,) and conv_zp.dtype == np.uint8
     fc_scale, fc_zp = dequantize["Wf_quantized"]
     assert fc_scale.shape == () and fc_zp.dtype == np.uint8
-    assert "Wf" in result.details["calibration"]["qnn_overrides"] and "s" in result.details["calibration"]["qnn_overrides"]
+    assert "Wf" in result.details["calibration"]["qnn_overrides"] and SIGMOID_OUT in result.details["calibration"]["qnn_overrides"]
     assert {"Conv", "Sigmoid", "MatMul"} <= set(result.details["op_types_to_quantize"])
     images = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
     assert _relative_error(_infer(source.model_file, {"x": images}), _infer(result.model.model_file, {"x": images})) < 0.05
 
 
 def test_qnn_op_types_to_exclude_leaves_that_op_in_float(tmp_path: Path) -> None:
-    source = _artifact(tmp_path / "in", _conv_sigmoid())
+    source = _artifact(tmp_path / "in", _convnet("Sigmoid", seed=7))
     result = _run(QnnQuantize, tmp_path, source, "excl", shape=(3, 8, 8), op_types_to_exclude=["Sigmoid"], preprocess=False)
     assert "Sigmoid" not in result.details["op_types_to_quantize"]
-    assert "s" not in result.details["calibration"]["qnn_overrides"]  # no QNN Sigmoid rule applied
+    assert SIGMOID_OUT not in result.details["calibration"]["qnn_overrides"]  # no QNN Sigmoid rule applied
     model = onnx.load(str(result.model.model_file))
-    scale, _ = _quantize_params(model, "QuantizeLinear")["s"]  # quantized as the pool's input, from its calibrated range
+    scale, _ = _quantize_params(model, "QuantizeLinear")[SIGMOID_OUT]  # quantized as the pool's input, from its calibrated range
     assert float(scale) != pytest.approx(1.0 / 65536.0)
 
 
 def test_qnn_init_overrides_put_one_tensor_at_8_bits(tmp_path: Path) -> None:
-    source = _artifact(tmp_path / "in", _conv_sigmoid())
+    source = _artifact(tmp_path / "in", _convnet("Sigmoid", seed=7))
     overrides = {"p": [{"quant_type": "quint8"}]}
     result = _run(QnnQuantize, tmp_path, source, "mixed", shape=(3, 8, 8), init_overrides=overrides, preprocess=False)
     model = onnx.load(str(result.model.model_file))
