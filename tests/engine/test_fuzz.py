@@ -27,35 +27,16 @@ from engine_helpers import engine_cmd, tiny_workflow
 
 from engine.cli.main import main
 
-# The structural and textual mutators are bench/adversarial.py's (one copy for both)
+# The structural and textual mutators and the richer base workflow are bench/adversarial.py's (one copy for both)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from _adversarial_cases import mutate_structure, mutate_text
+from _adversarial_cases import mutate_structure, mutate_text, richer_workflow
 
 CASES = 300
 
 
 def base_workflows(model: Path) -> list[dict[str, Any]]:
     simple = tiny_workflow(model)
-    richer = tiny_workflow(model)
-    richer["targets"].append({"id": "cpu2", "runtime": "onnxruntime", "graph_optimization_level": "basic"})
-    richer["steps"] = [
-        {"id": "simplify", "pass": "onnx_simplify", "optional": True},
-        {
-            "id": "int8",
-            "pass": "ort_quantize",
-            "after": "simplify",
-            "targets": ["cpu"],
-            "search": {
-                "per_channel": [False, True],
-                "mode": ["dynamic", "static"],
-                "calibration": {"values": ["rows"], "when": {"mode": "static"}},
-            },
-        },
-        {"id": "fp16", "pass": "fp16", "after": "simplify", "timeout_s": 60},
-    ]
-    richer["search"] = {"sampler": "tpe", "max_candidates": 4, "seed": 1}
-    richer["output"] = {"dir": "out/fuzz", "keep": "pareto"}
-    return [simple, richer]
+    return [simple, richer_workflow(simple)]
 
 
 def hostile_paths(folder: Path) -> list[str]:
