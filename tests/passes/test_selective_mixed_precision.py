@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 from decoder_passes import run_pass
-from decoders import TEXT, tokenizer
+from decoders import TEXT
+from test_torch_quant import _decoder
 
 from engine.core import ModelArtifact, PassContext, PassResult
 from engine.core.data import Dataset
@@ -30,25 +31,7 @@ SENSITIVE = "model.layers.1.mlp.gate_proj"
 
 
 def _llama(layers: int = 2, seed: int = 0, **extra: Any) -> tuple[torch.nn.Module, Any]:
-    import transformers
-
-    tok = tokenizer()
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-        **extra,
-    )
-    torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config).eval(), tok
+    return _decoder("llama", seed, layers, **extra)
 
 
 def _sensitive_llama() -> tuple[torch.nn.Module, Any]:

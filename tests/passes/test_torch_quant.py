@@ -95,7 +95,8 @@ def test_gptq_beats_rtn_on_a_layer_with_correlated_inputs() -> None:
     assert torch.equal(codes, quantize(dequantize(codes, scales, zeros, spec), scales, zeros, spec))
 
 
-def _decoder(family: str, seed: int = 0) -> tuple[torch.nn.Module, Any]:
+def _decoder(family: str, seed: int = 0, layers: int = 2, **more: Any) -> tuple[torch.nn.Module, Any]:
+    """A random 2-layer (or ``layers``) decoder of ``family``, hidden 64, untied head, and the test tokenizer."""
     import transformers
 
     tok = tokenizer()
@@ -104,14 +105,14 @@ def _decoder(family: str, seed: int = 0) -> tuple[torch.nn.Module, Any]:
         vocab_size=len(tok),
         hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=256,
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=0,
-        **{"tie_word_embeddings": False, **extra},
+        **{"tie_word_embeddings": False, **extra, **more},
     )
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval(), tok
