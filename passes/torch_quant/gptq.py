@@ -89,10 +89,15 @@ class Gptq(TorchQuantPass):
     config: Config
 
     def calibration(self, model: torch.nn.Module, tokenizer: Any, ctx: PassContext) -> tuple[dict[str, Any], dict[str, Any]]:
-        cfg = self.config
-        vocab = model.get_input_embeddings().num_embeddings
-        windows = token_windows(ctx, cfg.calibration, cfg.samples, cfg.sequence_length, vocab, "gptq")
-        desc_act = cfg.desc_act if cfg.desc_act is not None else cfg.group_size == -1
-        extra = {"calibration_batches": windows, "damp_percent": cfg.damp_percent, "desc_act": desc_act, "block_size": cfg.block_size}
-        details = {"calibration": {"windows": len(windows), "tokens": sum(int(w.numel()) for w in windows)}, "desc_act": desc_act}
-        return extra, details
+        return gptq_options(self.config, model, ctx, "gptq")
+
+
+def gptq_options(cfg: Any, model: torch.nn.Module, ctx: PassContext, who: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``quantize_linear_layers``' gptq options from a config with gptq's calibration fields (this
+    pass's, or quarot's with method gptq), and what the pass details say of them."""
+    vocab = model.get_input_embeddings().num_embeddings
+    windows = token_windows(ctx, cfg.calibration, cfg.samples, cfg.sequence_length, vocab, who)
+    desc_act = cfg.desc_act if cfg.desc_act is not None else cfg.group_size == -1
+    extra = {"calibration_batches": windows, "damp_percent": cfg.damp_percent, "desc_act": desc_act, "block_size": cfg.block_size}
+    details = {"calibration": {"windows": len(windows), "tokens": sum(int(w.numel()) for w in windows)}, "desc_act": desc_act}
+    return extra, details

@@ -142,13 +142,7 @@ class QuaRot(Pass):
 
     def _gptq_options(self, decoder: torch.nn.Module, ctx: PassContext) -> tuple[dict[str, Any], dict[str, Any]]:
         """``quantize_linear_layers``' gptq options, from the calibration dataset as the gptq pass reads it."""
-        from passes.torch_quant.gptq import token_windows
+        from passes.torch_quant.gptq import gptq_options
 
-        cfg = self.config
-        assert cfg.calibration is not None  # the config refuses gptq without it
-        vocab = decoder.get_input_embeddings().num_embeddings
-        windows = token_windows(ctx, cfg.calibration, cfg.samples, cfg.sequence_length, vocab, "quarot's gptq")
-        desc_act = cfg.desc_act if cfg.desc_act is not None else cfg.group_size == -1
-        extra = {"calibration_batches": windows, "damp_percent": cfg.damp_percent, "desc_act": desc_act, "block_size": cfg.block_size}
-        details = {"calibration": {"windows": len(windows), "tokens": sum(int(w.numel()) for w in windows)}, "desc_act": desc_act}
-        return extra, details
+        assert self.config.calibration is not None  # the config refuses gptq without it
+        return gptq_options(self.config, decoder, ctx, "quarot's gptq")
