@@ -155,8 +155,17 @@ def _uv_message(stderr: str) -> str:
     return " ".join(lines[-6:])
 
 
-def _run(command: list[str], what: str, spec: EnvironmentSpec) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+def _uv_env() -> dict[str, str]:
+    """uv looks for wheels where pip does: ``PIP_FIND_LINKS`` becomes ``UV_FIND_LINKS`` unless that is
+    set (a machine's CPU build of torch lies there; without it uv takes PyPI's CUDA build)."""
+    env = dict(os.environ)
+    if env.get("PIP_FIND_LINKS") and not env.get("UV_FIND_LINKS"):
+        env["UV_FIND_LINKS"] = env["PIP_FIND_LINKS"]
+    return env
+
+
+def _run(command: list[str], what: str, spec: EnvironmentSpec, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False, env=env)
     if done.returncode != 0:
         message = _uv_message(done.stderr or done.stdout)
         failed = failed_requirement(done.stderr, spec.requirements) if what == "install" else None
@@ -188,7 +197,7 @@ def _build(spec: EnvironmentSpec, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     _run([uv, "venv", "--quiet", "--python", sys.executable, str(folder)], "venv", spec)
     python = _python_of(folder)
-    _run([uv, "pip", "install", "--python", str(python), *spec.requirements], "install", spec)
+    _run([uv, "pip", "install", "--python", str(python), *spec.requirements], "install", spec, _uv_env())
     freeze = _run([uv, "pip", "freeze", "--python", str(python)], "pip freeze", spec).stdout
     lines = [str(kiln_root())] + [f"import site; site.addsitedir({d!r})" for d in _main_site_dirs()]
     (_site_packages(python) / PTH).write_text("\n".join(lines) + "\n", encoding="utf-8")
