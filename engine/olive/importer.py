@@ -204,6 +204,8 @@ def _runtime(steps: list[dict[str, Any]]) -> str:
     last = steps[-1]["pass"] if steps else ""
     if last in ("genai_build", "decoder_export") or any(s["pass"] == "genai_build" for s in steps):
         return "onnxruntime-genai"
+    if last == "openvino_encapsulate":  # an EPContext model: ONNX Runtime's OpenVINO execution provider runs it
+        return "onnxruntime"
     if last.startswith(("openvino", "nncf")):
         return "openvino"
     return "onnxruntime"

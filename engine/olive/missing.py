@@ -46,12 +46,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "capturelayerannotations",
         "inputnchwtonhwc",
     ),
-    "packages an OpenVINO model for ONNX Runtime's OpenVINO provider or rewrites its I/O: Kiln runs OpenVINO IR on the openvino target": (
-        "openvinoencapsulation",
-        "openvinoioupdate",
-    ),
-    "converts with optimum-intel (the whole Hugging Face pipeline): Kiln's openvino_convert converts the one model": (
-        "openvinooptimumconversion",
+    "converts with optimum (the whole Hugging Face pipeline, ONNX): Kiln's torch_export converts the one model": (
         "optimumconversion",
         "optimummerging",
     ),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.olive.decoder_passes import DECODER_PASSES
+from engine.olive.openvino_passes import OPENVINO_EP_PASSES
 from engine.olive.options import (
     BLOCKWISE,
     BUILDER_DROPPED,
@@ -244,6 +245,7 @@ PASSES: dict[str, PassSpec] = {
 }
 #: Olive matches pass types case-insensitively (olive.package_config): so does the translation
 PASSES.update(DECODER_PASSES)
+PASSES.update(OPENVINO_EP_PASSES)
 PASSES_BY_TYPE: dict[str, PassSpec] = {name.lower(): spec for name, spec in PASSES.items()}
 #: the Olive name of each pass type, by its lower-cased spelling
 PASS_NAMES: dict[str, str] = {name.lower(): name for name in PASSES}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.olive.openvino_passes import openvino_option
 from engine.olive.options import EXTERNAL_DATA, NEVER_RUN, builder_precision, genai_algo
 from engine.olive.passes import SEARCHABLE, PassSpec
 
@@ -102,7 +103,9 @@ def _option(
 
 def _special(spec: PassSpec, key: str, value: Any, at: str, config: dict[str, Any], ctx: Any) -> bool:  # long: one branch per option
     """Options whose value decides how they carry over (not one Kiln option each); True when handled here."""
-    if key == "compress_config" and isinstance(value, dict) and spec.kiln == "nncf_compress_weights":
+    if openvino_option(spec.kiln, key, value, at, config, ctx):
+        pass
+    elif key == "compress_config" and isinstance(value, dict) and spec.kiln == "nncf_compress_weights":
         config.update({k: (v.name if hasattr(v, "name") else v) for k, v in value.items()})
     elif key == "ignored_scope" and spec.kiln in ("nncf_quantize", "nncf_compress_weights"):
         if value:
