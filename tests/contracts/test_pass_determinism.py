@@ -382,6 +382,15 @@ def test_nncf_compress_weights(bert_ir: ModelArtifact, tmp_path: Path, config: d
     twice(tmp_path, "nncf_compress_weights", lambda root: run(NncfCompressWeights, bert_ir, root, config, data={"text": TEXT}))
 
 
+def test_openvino_io_update_and_encapsulate(bert_ir: ModelArtifact, tmp_path: Path) -> None:
+    from passes.openvino.encapsulate import OpenVinoEncapsulate
+    from passes.openvino.io_update import OpenVinoIoUpdate
+
+    config = {"static": True, "input_shapes": [[1, 16], [1, 16], [1, 16]]}
+    static = twice(tmp_path / "io", "openvino_io_update", lambda root: run(OpenVinoIoUpdate, bert_ir, root, config))
+    twice(tmp_path / "enc", "openvino_encapsulate", lambda root: run(OpenVinoEncapsulate, static.model, root))
+
+
 def test_nncf_quantize_accuracy(bert_ir: ModelArtifact, tmp_path: Path) -> None:
     """A max_drop tight enough that NNCF ranks the quantized ops and reverts some."""
     from passes.openvino.nncf_quantize_accuracy import NncfQuantizeAccuracy
