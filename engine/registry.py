@@ -22,6 +22,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     "passes": {
         "torch_export": "passes.export.torch_export:TorchExport",
         "onnx_simplify": "passes.graph.onnx_simplify:OnnxSimplify",
+        "onnx_peephole": "passes.graph.onnx_peephole:OnnxPeephole",
         "ort_graph_optimize": "passes.graph.ort_graph_optimize:OrtGraphOptimize",
         "ort_fusion": "passes.graph.ort_fusion:OrtFusion",
         "graph_surgery": "passes.graph.graph_surgery:GraphSurgery",

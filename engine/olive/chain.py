@@ -20,17 +20,11 @@ from engine.olive.decoder_passes import QNN_STATIC, capture_split_info, split_sp
 from engine.olive.metrics import translate_metric
 from engine.olive.missing import missing_pass_reason
 from engine.olive.options import METADATA_ONLY, NO_INC_WEIGHT_ONLY
-from engine.olive.passes import pass_spec
+from engine.olive.passes import PEEPHOLE, pass_spec
 from engine.olive.spec import PassSpec
 from engine.olive.steps import fusion_fp16, step_options
 from engine.olive.systems import session_settings
 
-#: the rewrites of Olive's peephole optimizer; with all three off it only fixes opsets and Cast chains
-PEEPHOLE_REWRITES = ("onnxscript_optimize", "onnxoptimizer_optimize", "fuse_reshape_operations")
-PEEPHOLE_OFF = (
-    "its onnxscript, onnxoptimizer and reshape rewrites are off, so Olive only fixes the com.microsoft opset and removes "
-    "Cast chains; Kiln's onnx_simplify would run onnxslim's full rewrites: not carried over"
-)
 #: Olive's INC accuracy goal types → Kiln's loss type and how the goal's value becomes a tolerable loss
 _INC_GOALS = {"max-degradation": ("absolute", 1.0), "percent-max-degradation": ("relative", 0.01)}
 
@@ -58,8 +52,8 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
         if kind.lower() == "capturesplitinfo":  # Kiln's split_model splits where Olive's SplitModel does
             ctx.split_info = capture_split_info(configs[0], where, ctx)
             continue
-        spec = _spec(kind, ctx)
         whole = {**configs[0], **(configs[0].get("config") or {})}
+        spec = _peephole(_spec(kind, ctx), whole)
         refused = _refused(kind, spec, whole)
         if spec is None or spec.kiln is None or refused:
             ctx.skip(where, refused or (spec.reason if spec else missing_pass_reason(kind)))
@@ -108,6 +102,14 @@ def _spec(kind: str, ctx: Any) -> PassSpec | None:
     return pass_spec(kind)
 
 
+def _peephole(spec: PassSpec | None, whole: dict[str, Any]) -> PassSpec | None:
+    """Olive's peephole optimizer with onnxoptimizer off is Kiln's onnx_peephole (Olive's other
+    switches, run as Olive runs them); with it on, onnx_simplify (onnxslim) is the nearest."""
+    if spec is not None and spec.kiln == "onnx_simplify" and whole.get("onnxoptimizer_optimize") is False:
+        return PEEPHOLE
+    return spec
+
+
 def _refused(kind: str, spec: PassSpec | None, whole: dict[str, Any]) -> str | None:
     """Why a pass Kiln has is still not carried over with these options (None: it is)."""
     kiln = spec.kiln if spec else None
@@ -115,8 +117,6 @@ def _refused(kind: str, spec: PassSpec | None, whole: dict[str, Any]) -> str | N
         return METADATA_ONLY
     if whole.get("approach") == "weight_only" and kiln == "inc_quantize":
         return NO_INC_WEIGHT_ONLY
-    if kiln == "onnx_simplify" and not any(whole.get(k, True) for k in PEEPHOLE_REWRITES):
-        return PEEPHOLE_OFF
     return None
 
 

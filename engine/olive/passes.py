@@ -243,6 +243,23 @@ PASSES: dict[str, PassSpec] = {
         dropped=EP_CONTEXT_DROPPED,
     ),
 }
+#: OnnxPeepholeOptimizer with onnxoptimizer off: Kiln's onnx_peephole runs Olive's other switches as Olive does
+PEEPHOLE = PassSpec(
+    "onnx_peephole",
+    {
+        "onnxscript_optimize": "onnxscript_optimize",
+        "fuse_reshape_operations": "fuse_reshape_operations",
+        "fix_com_microsoft_opset": "fix_com_microsoft_opset",
+        "cast_chain_elimination": "cast_chain_elimination",
+    },
+    {
+        "onnxscript_optimize": True,
+        "onnxoptimizer_optimize": False,  # the translation takes this spec only when it is off
+        "fuse_reshape_operations": True,
+        "fix_com_microsoft_opset": False,
+        "cast_chain_elimination": False,
+    },
+)
 #: Olive matches pass types case-insensitively (olive.package_config): so does the translation
 PASSES.update(DECODER_PASSES)
 PASSES.update(OPENVINO_EP_PASSES)

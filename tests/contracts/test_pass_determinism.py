@@ -258,7 +258,7 @@ def test_ort_fusion(bert: ModelArtifact, bert_onnx: ModelArtifact, tmp_path: Pat
     assert result.details["fused_operators"]  # something was fused
 
 
-@pytest.mark.parametrize("pass_name", ["onnx_simplify", "ort_graph_optimize", "fp16"])
+@pytest.mark.parametrize("pass_name", ["onnx_simplify", "ort_graph_optimize", "fp16", "onnx_peephole"])
 def test_graph_passes_on_a_bert_export(bert_onnx: ModelArtifact, tmp_path: Path, pass_name: str) -> None:
     """On a BERT export (test_plugins runs these on a MatMul, an Add and a Relu)."""
     from engine import registry

@@ -1,0 +1,33 @@
+"""Olive passes of the NPU and vendor recipes: the peephole optimizer as those recipes set it,
+EP context binaries over a genai folder or split parts, Vitis AI's metadata, QNN's preprocessing,
+and the vendor toolchains Kiln cannot run, each listed with the SDK it needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.olive.importer import Translation, translate
+
+CPU = {"local": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}}
+ONNX_INPUT = {"type": "ONNXModel", "model_path": "model.onnx"}
+
+
+def run(tmp: Path, passes: dict[str, Any], systems: dict[str, Any] | None = None, **rest: Any) -> Translation:
+    config = {"input_model": ONNX_INPUT, "systems": systems or CPU, "passes": passes, **rest}
+    return translate(config, tmp / "olive.json")
+
+
+def steps(t: Translation) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(s["id"], s["pass"], s.get("config", {})) for s in t.workflow["steps"]]
+
+
+def test_the_peephole_optimizer_with_onnxoptimizer_off_is_onnx_peephole(tmp_path: Path) -> None:
+    off = {"onnxscript_optimize": False, "onnxoptimizer_optimize": False, "fuse_reshape_operations": False}
+    fixes = {"fix_com_microsoft_opset": True, "cast_chain_elimination": True}
+    t = run(tmp_path, {"p": {"type": "OnnxPeepholeOptimizer", **off, **fixes}, "d": {"type": "OnnxPeepholeOptimizer"}})
+    assert steps(t) == [
+        ("p", "onnx_peephole", {"onnxscript_optimize": False, "fuse_reshape_operations": False, **fixes}),
+        ("d", "onnx_simplify", {}),  # with onnxoptimizer on, onnxslim is the nearest
+    ]
+    assert not [where for where, _ in t.unmapped if where.startswith("passes.p")]
