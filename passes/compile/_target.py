@@ -26,11 +26,38 @@ class Providers:
         return {"providers": self.names, "provider_options": self.options}
 
 
+#: an onnxruntime-genai target's device → the execution provider ONNX Runtime GenAI runs it with
+GENAI_DEVICE_PROVIDERS = {
+    "cpu": CPU,
+    "cuda": "CUDAExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+    "webgpu": "WebGpuExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "vitisai": "VitisAIExecutionProvider",
+    "tensorrt_rtx": "NvTensorRTRTXExecutionProvider",
+}
+
+
+def genai_providers(target: Any) -> Providers | None:
+    """An onnxruntime-genai target's provider (its device's) and provider options, then the CPU
+    provider; None for any other target."""
+    if getattr(target, "runtime", None) != "onnxruntime-genai":
+        return None
+    config = getattr(target, "config", None)
+    name = GENAI_DEVICE_PROVIDERS.get(str(getattr(config, "device", "cpu")), CPU)
+    options = {str(key): _text(value) for key, value in (getattr(config, "provider_options", None) or {}).items()}
+    return Providers([name], [options]) if name == CPU else Providers([name, CPU], [options, {}])
+
+
 def target_providers(ctx: PassContext, model: ModelArtifact | None = None) -> Providers:
     """The providers and provider options of ``ctx.target`` when it runs onnxruntime, else the CPU
     provider alone. Option values are given to onnxruntime as strings, as its API takes them.
     Given the ``model``, the target's derived options come too (TensorRT's typed options and its
     engine / timing cache folder in the store, keyed by the model's digest)."""
+    genai = genai_providers(ctx.target)
+    if genai is not None:
+        return genai
     settings = ort_target(ctx)  # the same reading of the target the graph passes use
     if settings is None:
         return Providers([CPU], [{}])

@@ -28,10 +28,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.core import KilnError, ModelArtifact, PassConfig, PassContext, PassResult
-from passes.common.graph_tools import qualified_op_counts
-from passes.common.onnx_io import MODEL_FILE, OnnxPass
-from passes.common.pass_io import onnx_output, open_onnx_input, require
-from passes.compile._target import CPU, target_providers
+from passes.common.graph_tools import qualified_op_counts, runtime_loadable
+from passes.common.onnx_io import OnnxPass
+from passes.common.pass_io import require
+from passes.compile._compile_files import copy_the_rest, files_to_compile, summary
+from passes.compile._target import CPU, Providers, target_providers
 
 EP_CONTEXT = "EPContext"
 
@@ -45,8 +46,9 @@ class OrtCompile(OnnxPass):
         "compile API: an EPContext model that starts without compiling; the blob embedded or beside the model."
     )
     version = "1"
-    accepts = ("onnx",)
+    accepts = ("onnx", "genai", "onnx_parts")
     produces = "onnx"
+    keeps = ("genai", "onnx_parts")  # every model of the folder compiled, its other files copied
     target_dependent = True
     libraries = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")
 
@@ -69,7 +71,6 @@ class OrtCompile(OnnxPass):
         (onnxruntime,) = require("onnxruntime", self.name, "onnxruntime")
         if not hasattr(onnxruntime, "ModelCompiler"):
             raise KilnError(f"onnxruntime {onnxruntime.__version__} has no compile API (onnxruntime.ModelCompiler, from 1.22)")
-        cfg = self.config
         providers = target_providers(ctx, model)
         compiling = [name for name in providers.names if name != CPU]
         if not compiling:
@@ -83,58 +84,81 @@ class OrtCompile(OnnxPass):
             raise KilnError(
                 f"execution provider {', '.join(missing)} is not in onnxruntime {onnxruntime.__version__} here (available: {', '.join(available)})"
             )
-        given = open_onnx_input(model, ctx)
+        workdir = Path(ctx.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
         out_dir = Path(ctx.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        out_file = out_dir / MODEL_FILE
+        names = files_to_compile(model)
+        started = time.perf_counter()
+        answers = {name: self._compile_one(Path(model.path) / name, out_dir / name, workdir, providers, compiling) for name in names}
+        seconds = round(time.perf_counter() - started, 3)
+        copied = copy_the_rest(model, names, out_dir)
+        details = self._details(Path(model.path), names, out_dir, providers.to_json(), summary(names, answers), seconds)
+        if model.format != "onnx":
+            details["copied"] = copied
+        return PassResult(model=ModelArtifact.from_folder(model.format, out_dir, attrs=model.attrs), details=details)
+
+    def _compile_one(self, source: Path, output: Path, workdir: Path, providers: Providers, compiling: list[str]) -> dict[str, Any]:
+        """Compile one ONNX model in a fresh process; its answer, or an error naming the file."""
+        loadable = runtime_loadable(source, workdir / f"input-{source.stem}")
         request = {
-            "source": str(Path(given.source).resolve()),
-            "output": str(out_file.resolve()),
-            "embed": cfg.embed,
-            "level": _LEVELS[cfg.graph_optimization_level],
+            "source": str(loadable.resolve()),
+            "output": str(output.resolve()),
+            "embed": self.config.embed,
+            "level": _LEVELS[self.config.graph_optimization_level],
             **providers.to_json(),
         }
-        started = time.perf_counter()
-        answer = _compile_in_child(request, given.workdir)
-        seconds = round(time.perf_counter() - started, 3)
+        answer = _compile_in_child(request, workdir)
         error = answer["error"]
         if error is not None and "unable to compile any nodes" in error.lower():
-            raise KilnError(f"no node of the model was compiled: {', '.join(compiling)} took none of it (onnxruntime: {error})")
+            raise KilnError(f"no node of {source.name} was compiled: {', '.join(compiling)} took none of it (onnxruntime: {error})")
         if error is not None:
-            raise RuntimeError(f"onnxruntime's compile API failed: {answer['type']}: {error}")
-        return onnx_output(model, ctx, self._details(given.graph, out_dir, providers.to_json(), answer["warnings"], seconds), [])
+            raise RuntimeError(f"onnxruntime's compile API failed on {source.name}: {answer['type']}: {error}")
+        return answer
 
-    def _details(self, before: Any, out_dir: Path, providers: dict[str, Any], messages: list[str], seconds: float) -> dict[str, Any]:
+    def _details(
+        self, source: Path, names: list[str], out_dir: Path, providers: dict[str, Any], messages: dict[str, Any], seconds: float
+    ) -> dict[str, Any]:
         import onnx
 
-        compiled = onnx.load(str(out_dir / MODEL_FILE), load_external_data=False)
-        counts = qualified_op_counts(compiled)
-        contexts = [node for node in compiled.graph.node if node.op_type == EP_CONTEXT]
-        sources = sorted({onnx.helper.get_attribute_value(a).decode() for n in contexts for a in n.attribute if a.name == "source"})
+        before = after = contexts = 0
+        counts: dict[str, int] = {}
+        sources: set[str] = set()
+        for name in names:
+            before += sum(qualified_op_counts(onnx.load(str(source / name), load_external_data=False)).values())
+            compiled = onnx.load(str(out_dir / name), load_external_data=False)
+            for op, count in qualified_op_counts(compiled).items():
+                counts[op] = counts.get(op, 0) + count
+            nodes = [node for node in compiled.graph.node if node.op_type == EP_CONTEXT]
+            contexts += len(nodes)
+            sources |= {onnx.helper.get_attribute_value(a).decode() for n in nodes for a in n.attribute if a.name == "source"}
+            after += len(compiled.graph.node)
         return {
             **providers,
             "embed": self.config.embed,
             "graph_optimization_level": self.config.graph_optimization_level,
-            "ep_context_nodes": len(contexts),
-            "compiled_by": sources,
-            "nodes_before": sum(qualified_op_counts(before).values()),
-            "nodes_after": sum(counts.values()),
-            "op_counts_after": counts,
+            "compiled_models": names,
+            "ep_context_nodes": contexts,
+            "compiled_by": sorted(sources),
+            "nodes_before": before,
+            "nodes_after": after,
+            "op_counts_after": dict(sorted(counts.items())),
             "files": {path.name: path.stat().st_size for path in sorted(out_dir.iterdir()) if path.is_file()},
             "library_warnings": messages,
             "seconds": seconds,
         }
 
     def check_output(self, result: PassResult, ctx: PassContext) -> None:
-        # the compiled model is written by the onnxruntime that loads it (its IR version is that
-        # runtime's own), so only the checker and the EPContext nodes are checked here
+        # the compiled models are written by the onnxruntime that loads them (their IR version is
+        # that runtime's own), so only the checker and the EPContext nodes are checked here
         import onnx
 
         super(OnnxPass, self).check_output(result, ctx)
-        model = onnx.load(str(result.model.model_file), load_external_data=False)
-        onnx.checker.check_model(model)
-        if not any(node.op_type == EP_CONTEXT for node in model.graph.node):
-            raise ValueError("the compiled model has no EPContext node")
+        for name in files_to_compile(result.model):
+            model = onnx.load(str(Path(result.model.path) / name), load_external_data=False)
+            onnx.checker.check_model(model)
+            if not any(node.op_type == EP_CONTEXT for node in model.graph.node):
+                raise ValueError(f"the compiled {name} has no EPContext node")
 
 
 def _compile_in_child(request: dict[str, Any], workdir: Path) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def _onnxscript_optimize(proto: Any) -> tuple[Any, str]:
 
     try:
         return onnxscript.optimizer.optimize(proto), "run"
-    except Exception as error:  # noqa: BLE001 - Olive's fallback: only a type inference failure is retried
+    except Exception as error:  # Olive's fallback: only a type inference failure is retried
         if "TypeInferenceError" not in str(error):
             raise
         return onnxscript.optimizer.optimize(proto, onnx_shape_inference=False), f"run without onnx shape inference ({error})"

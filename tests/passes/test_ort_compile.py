@@ -74,7 +74,7 @@ def test_a_cpu_target_compiles_nothing_and_says_so(tmp_path: Path) -> None:
 
 def test_a_provider_that_takes_no_node_is_an_error(tmp_path: Path) -> None:
     # the Azure EP is in stock onnxruntime and takes no node of a local model
-    with pytest.raises(PassError, match=r"no node of the model was compiled: AzureExecutionProvider took none of it"):
+    with pytest.raises(PassError, match=r"no node of model.onnx was compiled: AzureExecutionProvider took none of it"):
         _compile(tmp_path, ["AzureExecutionProvider", "CPUExecutionProvider"])
 
 
@@ -196,3 +196,100 @@ except Exception as error:
     assert result["error"] is None
     assert result["providers"][0] == "OpenVINOExecutionProvider"
     assert result["max_diff"] < 1e-3
+
+
+# -- a genai folder and split parts: every model compiled, the folder's other files kept -----------
+PIPELINE = {
+    "model": {
+        "type": "decoder-pipeline",
+        "decoder": {"pipeline": [{"prefill": {"filename": "model.onnx"}, "generate": {"filename": "decode.onnx"}}]},
+    }
+}
+
+
+def folder_of_models(root: Path, fmt: str) -> ModelArtifact:
+    """Two MLPs as a ``genai`` folder (genai_config.json naming both, a tokenizer file) or as
+    ``onnx_parts`` (split.json listing both)."""
+    root.mkdir(parents=True)
+    if fmt == "genai":
+        names = ["model.onnx", "decode.onnx"]
+        (root / "genai_config.json").write_text(json.dumps(PIPELINE))
+        (root / "tokenizer.json").write_text("{}")
+    else:
+        names = ["model_0.onnx", "model_1.onnx"]
+        (root / "split.json").write_text(json.dumps({"parts": [{"file": name} for name in names], "inputs": ["x"], "outputs": ["y"]}))
+    for name in names:
+        onnx.save(mlp(), str(root / name))
+    return ModelArtifact.from_folder(fmt, root)
+
+
+def _compile_folder(root: Path, fmt: str, target: object) -> object:
+    source = folder_of_models(root / "in", fmt)
+    (root / "work").mkdir()
+    ctx = PassContext(step_id="compile", workdir=root / "work", output_dir=root / "out", target=target)
+    return OrtCompile(OrtCompile.Config())(source, ctx)
+
+
+def _ort_target(providers: list[str], options: list[dict[str, object]] | None = None) -> OnnxRuntimeTarget:
+    return OnnxRuntimeTarget(OnnxRuntimeTarget.Config(id="t", runtime="onnxruntime", providers=providers, provider_options=options))
+
+
+def test_the_models_of_a_folder_are_the_ones_its_config_names(tmp_path: Path) -> None:
+    from passes.compile._compile_files import files_to_compile
+
+    assert files_to_compile(folder_of_models(tmp_path / "g", "genai")) == ["model.onnx", "decode.onnx"]
+    assert files_to_compile(folder_of_models(tmp_path / "p", "onnx_parts")) == ["model_0.onnx", "model_1.onnx"]
+    assert OrtCompile.output_format("genai") == "genai" and OrtCompile.output_format("onnx_parts") == "onnx_parts"
+
+
+@pytest.mark.parametrize("fmt", ["genai", "onnx_parts"])
+def test_each_model_of_a_folder_goes_to_the_provider(tmp_path: Path, fmt: str) -> None:
+    first = "model.onnx" if fmt == "genai" else "model_0.onnx"
+    with pytest.raises(PassError, match=rf"no node of {first} was compiled: AzureExecutionProvider took none of it"):
+        _compile_folder(tmp_path, fmt, _ort_target(["AzureExecutionProvider", "CPUExecutionProvider"]))
+
+
+def test_a_genai_target_compiles_for_its_devices_provider(tmp_path: Path) -> None:
+    from targets.genai import GenaiTarget
+
+    target = GenaiTarget(GenaiTarget.Config(id="npu", runtime="onnxruntime-genai", device="qnn", provider_options={"soc_model": "60"}))
+    with pytest.raises(PassError, match=r"QNNExecutionProvider is not in onnxruntime"):
+        _compile_folder(tmp_path, "genai", target)
+    from passes.compile._target import genai_providers
+
+    providers = genai_providers(target)
+    assert providers is not None and providers.to_json() == {
+        "providers": ["QNNExecutionProvider", "CPUExecutionProvider"],
+        "provider_options": [{"soc_model": "60"}, {}],
+    }
+
+
+@pytest.mark.parametrize("fmt", ["genai", "onnx_parts"])
+def test_openvino_ep_compiles_every_model_of_a_folder(openvino_python: Path, tmp_path: Path, fmt: str) -> None:
+    result = in_openvino_env(
+        openvino_python,
+        tmp_path,
+        OPENVINO_CPU
+        + f"""
+import onnx
+from test_ort_compile import _compile_folder, _ort_target
+out = _compile_folder(root / "run", {fmt!r}, _ort_target(providers, options))
+folder = out.model.path
+result = {{
+    "format": out.model.format,
+    "files": sorted(p.name for p in folder.iterdir()),
+    "ops": {{p.name: [n.op_type for n in onnx.load(str(p), load_external_data=False).graph.node] for p in folder.glob("*.onnx")}},
+    "config": {{p.name: p.read_text() for p in folder.glob("*.json")}},
+    "given": {{p.name: p.read_text() for p in (root / "run" / "in").glob("*.json")}},
+    "details": out.details,
+}}
+""",
+    )
+    assert result["format"] == fmt
+    assert result["ops"] == {name: ["EPContext"] for name in result["ops"]}  # each whole graph went to the OpenVINO EP
+    assert len(result["ops"]) == 2 and result["details"]["ep_context_nodes"] == 2
+    assert result["config"] == result["given"]  # genai_config.json / split.json name the same files, compiled
+    blobs = [name for name in result["files"] if name.endswith(".bin")]
+    assert len(blobs) == 2  # one blob per model, beside it
+    if fmt == "genai":
+        assert "tokenizer.json" in result["files"]
