@@ -5,11 +5,14 @@
    called with besides its hidden states (attention mask, rotary position embeddings, cache
    positions: these differ by layer in models with sliding-window and global layers, such as
    Gemma 2/3), and the hidden states entering the first layer.
-2. For each layer in turn: its ``nn.Linear`` inputs are collected over all batches into Hessians
-   (``HessianAccumulator``), every selected linear of the layer is quantized with
-   ``gptq_quantize_weight`` and its weight replaced by the fake-quantized one, and the layer is run
-   again to give the next layer its inputs: each layer is calibrated on the outputs of the
-   layers already quantized.
+2. For each layer in turn, stage by stage (``_stages``: the linears reading the same input, in the
+   order the layer calls them: q/k/v, o, gate/up, down in a Llama layer; the reference code's
+   ``--true-sequential``): the stage's ``nn.Linear`` inputs are collected over all batches into
+   Hessians (``HessianAccumulator``), each of its linears is quantized with
+   ``gptq_quantize_weight`` and its weight replaced by the fake-quantized one, so that the next
+   stage is calibrated on what the quantized ones give it; then the layer is run again to give
+   the next layer its inputs: each layer is calibrated on the outputs of the layers already
+   quantized.
 3. ``lm_head``, when selected, is calibrated on a last forward pass of the quantized model.
 
 Memory: the model's weights (float32 here: 4 bytes per parameter), one layer's input and output
@@ -96,6 +99,37 @@ def _hessians(modules: dict[str, torch.nn.Linear], run: Any) -> dict[str, Hessia
     return found
 
 
+def _stages(modules: dict[str, torch.nn.Linear], run: Any) -> list[dict[str, torch.nn.Linear]]:
+    """``modules`` in the order ``run()`` calls them, in stages of consecutive modules reading the
+    same input tensor (q/k/v, then o, then gate/up, then down in a Llama layer); modules it does
+    not call come last, in a stage of their own. Quantized stage by stage, each stage's Hessians
+    come from the outputs of the stages already quantized (the reference code's
+    ``--true-sequential``)."""
+    calls: list[tuple[str, Any]] = []
+
+    def hook_for(name: str) -> Any:
+        return lambda _m, inputs, _o: calls.append((name, inputs[0]))
+
+    handles = [module.register_forward_hook(hook_for(name)) for name, module in modules.items()]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    stages: list[dict[str, torch.nn.Linear]] = []
+    previous = None
+    for name, inputs in calls:
+        if any(name in stage for stage in stages):
+            continue
+        if stages and inputs is previous:
+            stages[-1][name] = modules[name]
+        else:
+            stages.append({name: modules[name]})
+        previous = inputs
+    rest = {name: module for name, module in modules.items() if not any(name in stage for stage in stages)}
+    return [*stages, rest] if rest else stages
+
+
 def _quantize(
     modules: dict[str, torch.nn.Linear], specs: dict[str, QuantSpec], hessians: dict[str, HessianAccumulator], **options: Any
 ) -> dict[str, Found]:
@@ -137,9 +171,9 @@ def gptq_layerwise(
         calls, hidden = _record(model, layers, batches)
         for index, layer in enumerate(layers):
             own = {name: module for name, module in modules.items() if name.startswith(f"{prefix}.{index}.")}
-            if own:
-                hessians = _hessians(own, partial(_run_layer, layer, calls[index], hidden))
-                done.update(_quantize(own, specs, hessians, **options))
+            run = partial(_run_layer, layer, calls[index], hidden)
+            for stage in _stages(own, partial(_run_layer, layer, calls[index][:1], hidden[:1])) if own else []:
+                done.update(_quantize(stage, specs, _hessians(stage, run), **options))
             hidden = _run_layer(layer, calls[index], hidden)
         calls.clear()
         if "lm_head" in modules:

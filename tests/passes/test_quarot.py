@@ -189,6 +189,36 @@ def _with_outlier_columns(model: Any, channels: tuple[int, ...] = (3, 70), facto
     return model
 
 
+def _row_max_over_rms(model: Any) -> float:
+    """The mean over the rows of every q/k/v and gate/up weight of max |w| / RMS(w) (what sets an
+    asymmetric per-row grid's step against the typical weight)."""
+    ratios = []
+    for layer in model.model.layers:
+        for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj):
+            weight = linear.weight.detach().double()
+            ratios.append(weight.abs().amax(dim=1) / weight.pow(2).mean(dim=1).sqrt())
+    return float(torch.cat(ratios).mean())
+
+
+def test_rotated_weights_are_more_incoherent_only_where_there_were_outliers() -> None:
+    # the rotation computes the same function and its weights' max / RMS per row falls from the
+    # outliers' level to a Gaussian row's; weights already Gaussian-like (no outlier) keep that level
+    outliers = _with_outlier_columns(tiny_model("llama", hidden=128))
+    ids = _ids()
+    before, ratio = logits(outliers, ids), _row_max_over_rms(outliers)
+    rotate_model(outliers, seed=0)
+    _assert_same_logits(before, logits(outliers, ids))
+    assert ratio > 6 and _row_max_over_rms(outliers) < ratio / 2
+    gaussian = tiny_model("llama", hidden=128)
+    with torch.no_grad():
+        for name, parameter in gaussian.named_parameters():
+            if "norm" in name:
+                parameter.fill_(1.0)
+    ratio = _row_max_over_rms(gaussian)
+    rotate_model(gaussian, seed=0)
+    assert abs(_row_max_over_rms(gaussian) - ratio) < 0.1 * ratio
+
+
 @pytest.mark.parametrize("group_size", (32, 128))
 def test_quarot_and_rtn_lose_less_than_rtn_alone_on_a_model_with_outliers(group_size: int) -> None:
     import copy
