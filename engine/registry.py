@@ -34,6 +34,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "ort_quantize": "passes.quantize.ort_quantize:OrtQuantize",
         "ort_quantize_accuracy": "passes.quantize.ort_quantize_accuracy:OrtQuantizeAccuracy",
         "qnn_quantize": "passes.quantize.qnn_quantize:QnnQuantize",
+        "qnn_preprocess": "passes.quantize.qnn_preprocess:QnnPreprocess",
         "int4_weights": "passes.quantize.int4_weights:Int4Weights",
         "mixed_precision": "passes.quantize.mixed_precision:MixedPrecision",
         "inc_quantize": "passes.quantize.inc_quantize:IncQuantize",

@@ -21,27 +21,32 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "extractadapters",
         "mergeadapterweights",
     ),
-    "a vendor toolchain's pass (AMD Quark / Vitis AI / Ryzen AI, Qualcomm QNN / QAIRT, NVIDIA ModelOpt, AIMET): "
-    "Kiln does not drive these toolchains": (
-        "quarkquantization",
-        "quarkquantizationvitisai",
-        "vitisgeneratemodelllm",
-        "vitisgeneratemodelsd",
-        "vitisaiaddmetadata",
-        "ryzengeneratemodelllm",
-        "qnnpreprocess",
+    # vendor toolchains: each names the SDK Olive's pass imports, and why Kiln does not run it here
+    "needs AMD Quark (the amd-quark package: quark.onnx for an ONNX model, quark.torch for a Hugging Face one), which Kiln "
+    "does not wrap; for ONNX INT8 / INT16 QDQ without Quark, ort_quantize or qnn_quantize": ("quarkquantization",),
+    "needs AMD Quark's ONNX quantizer with Vitis AI's NPU settings (amd-quark's quark.onnx and the Ryzen AI software's "
+    "configurations), which Kiln does not wrap": ("quarkquantizationvitisai",),
+    "needs the Ryzen AI software's model_generate (AMD's NPU model generator for LLMs, shipped with the Ryzen AI SDK for "
+    "Windows on Ryzen AI processors, not on PyPI)": ("vitisgeneratemodelllm", "ryzengeneratemodelllm"),
+    "needs the Ryzen AI software's model_generate (its Stable Diffusion generator, shipped with the Ryzen AI SDK for "
+    "Windows on Ryzen AI processors, not on PyPI)": ("vitisgeneratemodelsd",),
+    "needs Qualcomm's QNN SDK (its converter, model-library and context-binary tools; Qualcomm's download, not on PyPI)": (
         "qnnconversion",
         "qnnmodellibgenerator",
         "qnncontextbinarygenerator",
+    ),
+    "needs Qualcomm's QAIRT SDK (the qairt Python API and its GenAI builder; Qualcomm's download, not on PyPI)": (
         "qairtpreparation",
         "qairtgenaibuilder",
         "qairtencapsulation",
-        "qairtmha2sha",
         "qairtpipelinepass",
+    ),
+    "needs Qualcomm's QAIRT tooling (its MHA-to-SHA rewrite for the HTP backend), which Kiln does not wrap": ("qairtmha2sha",),
+    "needs NVIDIA's ModelOpt (nvidia-modelopt's modelopt.onnx quantizers, built for CUDA GPUs), which Kiln does not wrap": (
         "nvmodeloptquantization",
         "nvmodeloptgraphsurgery",
-        "aimetquantization",
     ),
+    "needs Qualcomm's AIMET (aimet-onnx), which Kiln does not wrap": ("aimetquantization",),
     "re-lays a model out for a static-shape NPU runtime: Kiln has no such pass": (
         "capturelayerannotations",
         "inputnchwtonhwc",
@@ -51,7 +56,8 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "optimummerging",
     ),
     "k-quant of the PyTorch model's weights: Kiln's k-quant is ONNX-level (int4_weights algorithm k_quant)": ("kquant",),
-    "AI Toolkit's script pass (runs its own Python): Kiln has no such pass": ("aitkpython",),
+    "needs AI Toolkit (VS Code's extension supplies this pass and the Python script it runs; it is not part of "
+    "olive-ai): Kiln does not run it": ("aitkpython",),
     "builds with Mobius (ONNX Runtime GenAI's multi-component builder): Kiln's genai_build builds decoders": ("mobiusbuilder",),
 }
 PASS_REASONS: dict[str, str] = {kind: reason for reason, kinds in _FAMILIES.items() for kind in kinds}

@@ -243,6 +243,31 @@ PASSES: dict[str, PassSpec] = {
         dropped=EP_CONTEXT_DROPPED,
     ),
 }
+#: Vitis AI's quantization types by Olive's Precision name (olive.passes.onnx.vitis_ai.meta_data)
+VITIS_DTYPES = {"int4": "Int4", "uint4": "UInt4", "int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUInt16"}
+#: VitisAIAddMetaData's options → the metadata key each writes
+VITIS_METADATA = {"activation_type": "activation_dtype", "weight_type": "weight_dtype", "quant_type": "quant_type"}
+PASSES["VitisAIAddMetaData"] = PassSpec(
+    "add_metadata",
+    {},
+    {"config_meta_data_keys": [], "activation_type": None, "weight_type": None, "quant_type": "NA"},
+    {"lineage": False, "metadata": {"quant_type": "NA"}},  # Olive writes quant_type NA when none is given
+    dropped={
+        "config_meta_data_keys": (
+            "the Hugging Face config's values (architectures, model_type) are not read by Kiln's add_metadata: "
+            "add them to the step's metadata by hand"
+        ),
+    },
+)
+PASSES["QNNPreprocess"] = PassSpec(
+    "qnn_preprocess",
+    {
+        "fuse_layernorm": "fuse_layernorm",
+        "inputs_to_make_channel_last": "inputs_to_make_channel_last",
+        "outputs_to_make_channel_last": "outputs_to_make_channel_last",
+    },
+    {"fuse_layernorm": False, "inputs_to_make_channel_last": None, "outputs_to_make_channel_last": None},
+)
 #: OnnxPeepholeOptimizer with onnxoptimizer off: Kiln's onnx_peephole runs Olive's other switches as Olive does
 PEEPHOLE = PassSpec(
     "onnx_peephole",

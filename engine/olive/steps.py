@@ -6,7 +6,7 @@ from typing import Any
 
 from engine.olive.openvino_passes import openvino_option
 from engine.olive.options import EXTERNAL_DATA, NEVER_RUN, builder_precision, genai_algo
-from engine.olive.passes import SEARCHABLE, PassSpec
+from engine.olive.passes import SEARCHABLE, VITIS_DTYPES, VITIS_METADATA, PassSpec
 
 
 def _same(value: Any) -> Any:
@@ -136,6 +136,8 @@ def _special(spec: PassSpec, key: str, value: Any, at: str, config: dict[str, An
         pass  # the caller leaves the pass out
     elif spec.kiln == "inc_quantize" and key == "recipes" and isinstance(value, dict):
         _inc_recipes(value, at, config, ctx)
+    elif spec.kiln == "add_metadata" and key in VITIS_METADATA:
+        _vitis_metadata(key, value, at, config, ctx)
     elif spec.kiln == "inc_quantize" and key == "weight_only_config":
         pass  # read only with approach weight_only, which is not carried over
     else:
@@ -282,3 +284,16 @@ def _merge_list(
         else:
             config[kiln] = distinct[0]
     ctx.notes.append(f"{where}: a list of configs → a search over the options that differ (Kiln crosses them)")
+
+
+def _vitis_metadata(key: str, value: Any, at: str, config: dict[str, Any], ctx: Any) -> None:
+    """VitisAIAddMetaData's activation_type / weight_type (as Vitis AI spells them) and quant_type, into metadata."""
+    if key == "quant_type":
+        written: Any = value
+    else:
+        written = VITIS_DTYPES.get(str(value).lower()) if value is not None else None
+        if value is not None and written is None:
+            ctx.skip(at, f"{value!r}: Olive's VitisAIAddMetaData takes {', '.join(VITIS_DTYPES)} (it refuses others too)")
+            return
+    if written is not None:
+        config["metadata"] = {**config.get("metadata", {}), VITIS_METADATA[key]: str(written)}

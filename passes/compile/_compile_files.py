@@ -67,7 +67,7 @@ def external_files(model_file: Path) -> set[str]:
     import onnx
 
     proto = onnx.load(str(model_file), load_external_data=False)
-    found = set()
+    found: set[str] = set()
     for tensor in proto.graph.initializer:
         found.update(Path(entry.value).name for entry in tensor.external_data if entry.key == "location")
     return found

@@ -25,6 +25,14 @@ EXAMPLES = {
 #: in tests/contracts/test_pass_determinism.py: the exports, ort_fusion, graph_surgery, ort_serialize,
 #: ort_quantize_accuracy, the OpenVINO / NNCF passes, the decoder and PyTorch quantization passes, and
 #: ort_compile and the inc_* passes in their own environments.
-DETERMINISTIC = {"fp16": None, "int4_weights": None, "onnx_simplify": None, "onnx_peephole": None, "ort_graph_optimize": None, "ort_quantize": {}}
+DETERMINISTIC = {
+    "fp16": None,
+    "int4_weights": None,
+    "onnx_simplify": None,
+    "onnx_peephole": None,
+    "qnn_preprocess": None,
+    "ort_graph_optimize": None,
+    "ort_quantize": {},
+}
 
 globals().update(conformance_tests(examples=EXAMPLES, deterministic=DETERMINISTIC))

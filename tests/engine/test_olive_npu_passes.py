@@ -31,3 +31,32 @@ def test_the_peephole_optimizer_with_onnxoptimizer_off_is_onnx_peephole(tmp_path
         ("d", "onnx_simplify", {}),  # with onnxoptimizer on, onnxslim is the nearest
     ]
     assert not [where for where, _ in t.unmapped if where.startswith("passes.p")]
+
+
+def test_vitis_ai_metadata_and_qnn_preprocessing(tmp_path: Path) -> None:
+    vitis = {"type": "VitisAIAddMetaData", "config_meta_data_keys": ["architectures"], "activation_type": "uint16", "weight_type": "uint8"}
+    t = run(tmp_path, {"pre": {"type": "QNNPreprocess", "fuse_layernorm": True}, "meta": vitis})
+    assert steps(t) == [
+        ("pre", "qnn_preprocess", {"fuse_layernorm": True}),
+        (
+            "meta",
+            "add_metadata",
+            {"lineage": False, "metadata": {"quant_type": "NA", "activation_dtype": "QUInt16", "weight_dtype": "QUInt8"}},
+        ),
+    ]
+    assert [where for where, _ in t.unmapped] == ["passes.meta.config_meta_data_keys"]
+
+
+def test_each_vendor_toolchain_names_the_sdk_it_needs(tmp_path: Path) -> None:
+    kinds = [
+        "QuarkQuantization",
+        "VitisGenerateModelLLM",
+        "RyzenGenerateModelLLM",
+        "QairtPreparation",
+        "NVModelOptQuantization",
+        "AitkPython",
+    ]
+    listed = dict(run(tmp_path, {kind.lower(): {"type": kind} for kind in kinds}).unmapped)
+    assert all("needs " in listed[f"passes.{kind.lower()}"] for kind in kinds), listed
+    assert "amd-quark" in listed["passes.quarkquantization"] and "Ryzen AI" in listed["passes.ryzengeneratemodelllm"]
+    assert "QAIRT" in listed["passes.qairtpreparation"] and "ModelOpt" in listed["passes.nvmodeloptquantization"]
