@@ -238,7 +238,7 @@ class TargetSearch:
             return
         confidence = resolved.spec.select.confidence
         # a loss within the selection's practical margin is a tie there, so it prunes nothing here
-        bar = 1.0 - resolved.spec.select.tie_within
+        bar = 1.0 - (resolved.spec.select.tie_within or 0.0)
         for result in self.process_all(screening):
             if paired is None or result.state != "complete" or paired not in result.metrics:
                 continue

@@ -11,10 +11,12 @@ image, speedup per timing round) get a bootstrap interval at the workflow's conf
 - a timing objective is ranked through its paired figure (latency's ``speedup``: the reference's
   time over the candidate's, measured round by round in one worker), so a busy minute does not
   decide between candidates timed minutes apart;
-- candidates whose objective intervals overlap the best one's cannot be told apart, and those
-  within ``select.tie_within`` of it (default 5%) are not worth acting on, since runs minutes
-  apart or under another load move a ratio by that much: they are tied, and the tie is broken by
-  ``select.tie_break`` (default: the larger constraint margin,
+- candidates the measurements cannot separate from the best one are tied with it: their objective
+  intervals overlap its own, or (scored on the same samples) their paired difference from it holds
+  0. A candidate measurably behind the best is tied only when the workflow opts in with
+  ``select.tie_within`` (a timing objective within that fraction of the best: runs minutes apart
+  or under another load move a ratio by that much), and its verdict then says how far behind it
+  was. The tie is broken by ``select.tie_break`` (default: the larger constraint margin,
   then the smaller model, then fewer passes), which is deterministic — a re-run, a resumed run
   and a run on a busy machine choose the same model whenever the measurements cannot separate
   the contenders. Every complete candidate gets a verdict saying why it won or lost.
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.core.stats import Interval, bootstrap, paired_difference
 from engine.select.results import CandidateResult
+from engine.select.verdicts import Rule, Standing, write_verdicts
 from engine.text.display import against, bound, number
 from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Constraint, TieBreak
@@ -220,12 +223,8 @@ def path_bytes(path: Path) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
 
-#: a tie-break rule as (description, key: larger is preferred, value shown in the verdict)
-_Rule = tuple[str, Callable[[CandidateResult], float], Callable[[CandidateResult], str]]
-
-
-def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
-    rules: list[_Rule] = []
+def _rules(resolved: ResolvedWorkflow) -> list[Rule]:
+    rules: list[Rule] = []
     for entry in resolved.spec.select.tie_break:
         if entry == "constraints":
             for constraint in resolved.spec.select.constraints:
@@ -254,17 +253,7 @@ def _rules(resolved: ResolvedWorkflow) -> list[_Rule]:
     return rules
 
 
-def _describe(result: CandidateResult | None, metric: str, interval: Interval, other: float | None = None) -> str:
-    """``#3 latency.speedup 1.52 [1.47, 1.58]`` (without the candidate's number when ``result`` is None);
-    given ``other`` (the figure it is compared with), the estimate has the digits that tell them apart."""
-    estimate = _fmt(interval.estimate) if other is None or other == interval.estimate else against(interval.estimate, other)
-    figure = f"{metric} {estimate}"
-    if interval.low != interval.high:
-        figure += f" [{_fmt(interval.low)}, {_fmt(interval.high)}]"
-    return figure if result is None else f"#{result.candidate.id.split('/')[-1]} {figure}"
-
-
-def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[_Rule] = ()) -> None:
+def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[Rule] = ()) -> None:
     """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all;
     ``first``: tie-break rules before the workflow's (the further objectives of a front)."""
     metric, sign = ranking_metric(resolved, feasible)
@@ -277,20 +266,25 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     intervals = {r.candidate.id: estimate(r) for r in feasible}
     # the best point estimate; the reference first among equals, then the workflow's order
     best = max(feasible, key=lambda r: (sign * intervals[r.candidate.id].estimate, r.candidate.reference, -order[r.candidate.id]))
-    # the margin is for timings, which runs minutes apart or under another load move; a
+    # an opt-in margin, for timings only (runs minutes apart or under another load move them); a
     # quality objective measured on the same samples every time is judged on its interval
     entry = resolved.evaluators.get(metric.partition(".")[0])
-    margin = resolved.spec.select.tie_within if entry is not None and entry.cls.timing else 0.0
+    timing = entry is not None and entry.cls.timing
+    margin = (resolved.spec.select.tie_within or 0.0) if timing else 0.0
+    paired = {} if timing else _paired_differences(feasible, best, metric, confidence)
     best_value = intervals[best.candidate.id].estimate
 
-    def tied_with_best(r: CandidateResult) -> bool:
+    def indistinguishable(r: CandidateResult) -> bool:
         mine = intervals[r.candidate.id]
-        if confidence and mine.overlaps(intervals[best.candidate.id]):
-            return True
-        # within the practical margin: a difference a re-run could undo is not acted on
-        return best_value != 0 and abs(mine.estimate - best_value) <= margin * abs(best_value)
+        if r.candidate.id in paired:  # scored on the same samples: the paired test decides
+            return paired[r.candidate.id].low <= 0 <= paired[r.candidate.id].high
+        return mine.estimate == best_value or (bool(confidence) and mine.overlaps(intervals[best.candidate.id]))
 
-    tied = [r for r in feasible if tied_with_best(r)]
+    def within_margin(r: CandidateResult) -> bool:
+        return best_value != 0 and abs(intervals[r.candidate.id].estimate - best_value) <= margin * abs(best_value)
+
+    by_margin = {r.candidate.id for r in feasible if not indistinguishable(r) and within_margin(r)}
+    tied = [r for r in feasible if indistinguishable(r) or r.candidate.id in by_margin]
     rules = [*first, *_rules(resolved)]
 
     def preference(r: CandidateResult) -> tuple[float, ...]:
@@ -299,62 +293,23 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     ranked = sorted(tied, key=preference, reverse=True)
     ranked[0].chosen = True
     ranked[0].tied_with = [r.candidate.id for r in ranked[1:]]
-    _write_verdicts(feasible, ranked, intervals, metric, sign, margin, rules)
+    write_verdicts(feasible, ranked, Standing(metric, sign, best, intervals, margin, by_margin, paired), rules)
 
 
-def _write_verdicts(
-    feasible: list[CandidateResult],
-    ranked: list[CandidateResult],
-    intervals: dict[str, Interval],
-    metric: str,
-    sign: float,
-    margin: float,
-    rules: list[_Rule],
-) -> None:
-    """Why the chosen one (``ranked[0]``; ``ranked`` are those tied with the best) won, and why
-    every other feasible candidate lost."""
-    chosen, tied = ranked[0], ranked
-    mine = intervals[chosen.candidate.id]
-    label = f"#{chosen.candidate.id.split('/')[-1]}"
-    if len(feasible) == 1:
-        chosen.verdict = "the only candidate that met the constraints"
-    elif len(ranked) == 1:
-        runner_up = max((r for r in feasible if r is not chosen), key=lambda r: sign * intervals[r.candidate.id].estimate)
-        second = intervals[runner_up.candidate.id]
-        chosen.verdict = (
-            f"best {_describe(None, metric, mine, second.estimate)}, clear of the next best "
-            f"({_describe(runner_up, metric, second, mine.estimate)})"
-        )
-    else:
-        others = ", ".join(_describe(r, metric, intervals[r.candidate.id]) for r in ranked[1:])
-        why = _decider(rules, chosen, ranked[1])
-        chosen.verdict = (
-            f"tied within noise or {margin:.0%} ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
-            if margin
-            else f"tied within noise ({_describe(chosen, metric, mine)}) with {others}; chosen for {why}"
-        )
-    for result in feasible:
-        if result is chosen:
-            continue
-        if result in tied:
-            within = f"within noise or {margin:.0%}" if margin else "within noise"
-            result.verdict = f"tied with the chosen {label} ({within}); lost on {_decider(rules, chosen, result)}"
-        else:
-            worse = "slower" if metric.endswith("speedup") or metric.endswith("_ms") else "worse"
-            theirs = intervals[result.candidate.id]
-            result.verdict = (
-                f"{worse} than the chosen {label} ({metric} {against(mine.estimate, theirs.estimate)}): "
-                f"{_describe(result, metric, theirs, mine.estimate)}, outside its interval"
-                + (f" and more than {margin:.0%} behind" if margin else "")
-            )
-
-
-def _decider(rules: list[_Rule], winner: CandidateResult, loser: CandidateResult) -> str:
-    """The first tie-break rule that separates ``winner`` from ``loser``, with both values."""
-    for description, key, show in rules:
-        if key(winner) != key(loser):
-            return f"{description} ({show(winner)} vs {show(loser)})"
-    return "its place in the workflow's candidate order (no tie-break rule separated them)"
+def _paired_differences(
+    feasible: list[CandidateResult], best: CandidateResult, metric: str, confidence: float | None
+) -> dict[str, Interval]:
+    """Per candidate scored on the same samples as ``best`` (means over samples of equal count),
+    the interval of best - candidate; a candidate whose interval holds 0 cannot be told from the best."""
+    theirs = best.samples.get(metric)
+    if not confidence or not theirs or theirs.get("statistic") != "mean":
+        return {}
+    found = {}
+    for r in feasible:
+        mine = r.samples.get(metric)
+        if r is not best and mine and mine.get("statistic") == "mean" and len(mine["values"]) == len(theirs["values"]):
+            found[r.candidate.id] = paired_difference(theirs["values"], mine["values"], confidence, SEED)
+    return found
 
 
 def select(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> None:

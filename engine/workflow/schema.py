@@ -240,14 +240,16 @@ class SelectSpec(_Strict):
             "intervals overlap are tied. null: judge point estimates and never tie."
         ),
     )
-    tie_within: float = Field(
-        default=0.05,
+    tie_within: float | None = Field(
+        default=None,
         ge=0,
         lt=1,
         description=(
-            "For a timing objective: candidates within this fraction of the best one are tied too, even when their intervals "
-            "do not overlap (0.05: within 5%). An interval covers the noise of one run; runs minutes apart, or under another "
-            "load, move a speedup by several percent more, and a choice should not flip on that. 0: ties by intervals only."
+            "Opt-in, for a timing objective: candidates within this fraction of the best one are tied with it too, even when "
+            "their intervals do not overlap (0.1: within 10%), so a measurably slower model can win the tie-break; its "
+            "verdict says it was measurably slower and by how much. Runs minutes apart, or under another load, move a speedup "
+            "by more than one run's interval. null or 0 (the default): ties only where the intervals overlap (or a paired "
+            "difference on the same samples holds 0)."
         ),
     )
     tie_break: list[Literal["constraints", "size", "passes"] | TieBreak] = Field(

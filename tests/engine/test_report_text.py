@@ -60,10 +60,10 @@ def test_a_value_failing_its_bar_is_not_rounded_onto_it() -> None:
 def test_two_figures_compared_in_a_verdict_are_written_apart() -> None:
     """A loser's figure and the winner's are printed with the digits that tell them apart
     (22884114 against 22881666 read "2.288e+07" twice, "worse ... outside its interval")."""
-    from engine.select.select import _describe
+    from engine.select.verdicts import describe
 
     theirs, mine = Interval(22884114.0, 22884114.0, 22884114.0, 0.95), 22881666.0
-    text = _describe(None, "size.file_bytes", theirs, mine)
+    text = describe(None, "size.file_bytes", theirs, mine)
     assert text == "size.file_bytes " + display.against(22884114.0, mine)
     assert float(text.split()[-1]) > mine and display.number(22884114.0) == display.number(mine)
 

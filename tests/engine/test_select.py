@@ -99,7 +99,7 @@ def test_candidates_within_noise_are_tied_and_the_higher_fidelity_wins(tmp_path,
     assert b.tied_with == ["cpu/1"]
     assert "tied within noise" in b.verdict
     assert "chosen for higher fidelity.cosine_mean (0.997 vs 0.993)" in b.verdict
-    assert a.verdict.startswith("tied with the chosen #2 (within noise or 5%); lost on higher fidelity.cosine_mean")
+    assert a.verdict.startswith("tied with the chosen #2 (within noise); lost on higher fidelity.cosine_mean")
 
 
 def test_the_choice_does_not_depend_on_the_order_or_the_noise_between_runs(tmp_path, tiny_onnx, ref) -> None:
@@ -177,7 +177,14 @@ def test_a_difference_within_the_tie_margin_is_not_acted_on(tmp_path, tiny_onnx,
         plain = result(tmp_path / str(first), 2, speedup=spread(second, 0.01, seed=9), cosines=[0.9958] * 32)
         select(resolved_with(tmp_path / str(first), tiny_onnx, tie_within=0.1), [ref, fused, plain])
         assert plain.chosen, plain.verdict  # the same bytes both times: the higher fidelity
-        assert "tied within noise or 10%" in plain.verdict
+        if first > second:  # chosen although measurably slower: the verdict says so, and by how much
+            assert plain.verdict.startswith("measurably slower than the best #1"), plain.verdict
+            behind = (fused.metrics["latency.speedup"] - plain.metrics["latency.speedup"]) / fused.metrics["latency.speedup"]
+            assert f"{behind:.1%} behind" in plain.verdict
+            assert "only by select.tie_within 10%" in plain.verdict
+            assert fused.verdict.startswith("the best on latency.speedup"), fused.verdict
+        else:
+            assert "tied within noise or select.tie_within 10%" in plain.verdict, plain.verdict
 
 
 def test_without_a_margin_only_overlapping_intervals_tie(tmp_path, tiny_onnx, ref) -> None:
@@ -185,6 +192,57 @@ def test_without_a_margin_only_overlapping_intervals_tie(tmp_path, tiny_onnx, re
     plain = result(tmp_path, 2, speedup=spread(1.18, 0.01, seed=9), cosines=[0.9958] * 32)
     select(resolved_with(tmp_path, tiny_onnx, tie_within=0), [ref, fused, plain])
     assert fused.chosen and "clear of the next best" in fused.verdict
+
+
+def test_by_default_a_measurably_slower_candidate_never_wins_a_tie_break(tmp_path, tiny_onnx, ref) -> None:
+    """3% slower with intervals apart: a 5% default margin used to tie them and hand the choice to
+    the smaller, higher-fidelity model; the margin is opt-in now."""
+    fast = result(tmp_path, 1, speedup=spread(1.50, 0.005, seed=10), cosines=[0.9952] * 32, size=4000, passes=3)
+    slower = result(tmp_path, 2, speedup=spread(1.455, 0.005, seed=11), cosines=[0.9990] * 32, size=1000)
+    resolved = resolved_with(tmp_path, tiny_onnx)
+    assert resolved.spec.select.tie_within is None
+    select(resolved, [ref, fast, slower])
+    assert fast.chosen and not slower.chosen
+    assert slower.intervals["latency.speedup"].high < fast.intervals["latency.speedup"].low
+    assert "clear of the next best (#2" in fast.verdict
+    assert slower.verdict.startswith("slower than the chosen #1") and "outside its interval" in slower.verdict
+    assert fast.tied_with == []
+
+
+def test_overlapping_intervals_go_to_the_tie_break(tmp_path, tiny_onnx, ref) -> None:
+    fast = result(tmp_path, 1, speedup=spread(1.50, 0.05, seed=10), cosines=[0.9952] * 32, size=4000)
+    close = result(tmp_path, 2, speedup=spread(1.48, 0.05, seed=11), cosines=[0.9990] * 32, size=1000)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, fast, close])
+    assert fast.intervals["latency.speedup"].overlaps(close.intervals["latency.speedup"])
+    assert close.chosen and close.tied_with == ["cpu/1"]
+    assert close.verdict.startswith("tied within noise") and "measurably" not in close.verdict
+
+
+def test_a_declared_margin_ties_a_measurably_slower_model_and_says_by_how_much(tmp_path, tiny_onnx, ref) -> None:
+    fast = result(tmp_path, 1, speedup=spread(1.50, 0.005, seed=10), cosines=[0.9952] * 32, size=4000)
+    slower = result(tmp_path, 2, speedup=spread(1.41, 0.005, seed=11), cosines=[0.9990] * 32, size=1000)
+    far = result(tmp_path, 3, speedup=spread(1.20, 0.005, seed=12), cosines=[0.9999] * 32, size=500)
+    select(resolved_with(tmp_path, tiny_onnx, tie_within=0.1), [ref, fast, slower, far])
+    assert slower.chosen and not fast.chosen and not far.chosen
+    behind = (fast.metrics["latency.speedup"] - slower.metrics["latency.speedup"]) / fast.metrics["latency.speedup"]
+    assert slower.verdict.startswith("measurably slower than the best #1"), slower.verdict
+    assert f"{behind:.1%} behind" in slower.verdict and "only by select.tie_within 10%" in slower.verdict
+    assert "chosen for higher fidelity.cosine_mean" in slower.verdict
+    assert fast.verdict.startswith(f"the best on latency.speedup, {behind:.1%} ahead of the chosen #2"), fast.verdict
+    assert far.verdict.startswith("slower than the best #1") and "more than select.tie_within 10% behind" in far.verdict
+
+
+def test_a_quality_objective_on_the_same_samples_is_tied_by_the_paired_difference(tmp_path, tiny_onnx, ref) -> None:
+    rng = np.random.default_rng(1)
+    difficulty = rng.uniform(0.90, 1.0, 200)
+    # both intervals are wide (the samples differ in difficulty), but b is below a on every sample
+    a = result(tmp_path, 1, speedup=spread(1.5, 0.05), cosines=list(difficulty), size=4000)
+    b = result(tmp_path, 2, speedup=spread(1.5, 0.05), cosines=list(difficulty - 0.004), size=1000)
+    resolved = resolved_with(tmp_path, tiny_onnx, objective={"metric": "fidelity.cosine_mean", "goal": "max"}, constraints=[])
+    select(resolved, [a, b])
+    assert a.intervals["fidelity.cosine_mean"].overlaps(b.intervals["fidelity.cosine_mean"])
+    assert a.chosen and not b.chosen  # b is smaller, but measurably worse on the same samples
+    assert "paired difference on the same samples" in b.verdict, b.verdict
 
 
 def test_the_tie_margin_applies_to_timings_only(tmp_path, tiny_onnx, ref) -> None:
