@@ -91,13 +91,18 @@ def _num(value: float | None) -> str:
 
 
 def _state(result: CandidateResult) -> str:
-    if result.chosen:
-        return "[bold green]★ chosen[/bold green]"
+    """The candidate's state as candidates.json writes it (complete, failed, pruned, pending), a
+    complete one marked chosen or rejected by the selection."""
+    state = str(result.state)
     if result.state == "failed":
-        return "[red]failed[/red]"
+        return f"[red]{state}[/red]"
+    if result.state != "complete":
+        return f"[yellow]{state}[/yellow]"
+    if result.chosen:
+        return f"[bold green]{state} ★ chosen[/bold green]"
     if result.feasible is False:
-        return "[yellow]rejected[/yellow]"
-    return "ok"
+        return f"{state} [yellow]rejected[/yellow]"
+    return state
 
 
 def _with_interval(result: CandidateResult, metric: str) -> str:

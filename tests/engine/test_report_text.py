@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rich.console import Console
+from rich.text import Text
 from test_select import ref, resolved_with, result  # noqa: F401 (ref is a fixture)
 
 from engine.cli.main import main
@@ -120,3 +121,34 @@ def test_messages_piped_stay_one_line_each_even_with_columns_set(monkeypatch) ->
     monkeypatch.setenv("COLUMNS", "80")
     line = "f.yaml:3: steps[0]: " + "word " * 40
     assert display.wrap(line) == line  # stderr is captured here: not a terminal
+
+
+def test_the_table_shows_each_candidate_in_the_state_candidates_json_gives_it(tmp_path, tiny_onnx, test_plugins) -> None:
+    """A failed step fails its candidate and prunes those that share it: the terminal table said
+    "ok" for the pruned ones while candidates.json said "pruned"."""
+    import json
+
+    from engine_helpers import tiny_workflow, write_workflow
+
+    from engine.report.emit import write_outputs
+    from engine.run import run_workflow
+    from engine.store.store import Store
+    from engine.workflow import load_workflow
+
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"] = [
+        {"id": "bad", "pass": "boom"},
+        {"id": "after", "pass": "copy", "after": "bad", "search": {"tag": ["x", "y"]}},
+    ]
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"))
+    written = json.loads((write_outputs(report, tmp_path / "out") / "candidates.json").read_text())
+    records = written["candidates"] if isinstance(written, dict) else written
+    expected = {r["id"].split("/")[-1]: r["state"] for r in records}
+    assert sorted(expected.values()) == ["complete", "failed", "pruned", "pruned"]
+    table = _candidates_table(report)
+    cells = {column.header: [Text.from_markup(str(cell)).plain for cell in column._cells] for column in table.columns}
+    shown = dict(zip(cells["#"], cells["state"], strict=True))
+    assert {number: state.split()[0] for number, state in shown.items()} == expected, shown
+    assert "ok" not in shown.values()
+    rendered = _text(table)
+    assert rendered.count("pruned") >= 2 and "failed" in rendered
