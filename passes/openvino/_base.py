@@ -106,6 +106,15 @@ class QuantizeOptions(PassConfig):
     fast_bias_correction: bool = Field(
         default=True, description="NNCF's fast bias correction; false runs the slower, usually more accurate one."
     )
+    smooth_quant_alpha: float | None = Field(
+        default=None,
+        ge=-1,
+        le=1,
+        description="SmoothQuant's migration strength for MatMuls (Xiao et al. 2023, section 4): how much of the activations' "
+        "outlier range moves into the weights before quantization. NNCF applies it with model_type transformer; null keeps "
+        "NNCF's default (0.95), -1 turns it off. Lower values keep more range in the activations: the best value is "
+        "model-specific, so search it.",
+    )
     ignored_scope: IgnoredScope = Field(default_factory=IgnoredScope, description="Nodes left in floating point (nncf.IgnoredScope).")
     target_device: Literal["ANY", "CPU", "GPU", "NPU", "CPU_SPR"] = Field(
         default="ANY", description="nncf.TargetDevice whose quantization rules apply (which ops, which schemes)."

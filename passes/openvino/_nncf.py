@@ -85,9 +85,9 @@ def subset(size: int, available: int, notes: list[str]) -> int:
     return size
 
 
-def quantize_arguments(cfg: QuantizeOptions, subset_size: int) -> dict[str, Any]:
+def quantize_arguments(cfg: QuantizeOptions, subset_size: int, advanced: str = "advanced_parameters") -> dict[str, Any]:
     """The arguments ``nncf.quantize`` and ``nncf.quantize_with_accuracy_control`` share, from the
-    options both passes take."""
+    options both passes take (``advanced``: the name each gives its advanced parameters)."""
     return {
         "preset": preset(cfg.preset),
         "target_device": target_device(cfg.target_device),
@@ -95,7 +95,15 @@ def quantize_arguments(cfg: QuantizeOptions, subset_size: int) -> dict[str, Any]
         "fast_bias_correction": cfg.fast_bias_correction,
         "model_type": model_type(cfg.model_type),
         "ignored_scope": None if cfg.ignored_scope.is_empty() else cfg.ignored_scope.to_nncf(),
+        **({} if cfg.smooth_quant_alpha is None else {advanced: smooth_quant(cfg.smooth_quant_alpha)}),
     }
+
+
+def smooth_quant(alpha: float) -> Any:
+    """NNCF's advanced parameters with SmoothQuant's MatMul alpha set (convolutions left at NNCF's default, off)."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+
+    return AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha))
 
 
 def preset(name: str) -> Any:

@@ -30,6 +30,7 @@ class NncfQuantize(OpenVinoPass):
         "preset": Categorical(("performance", "mixed")),
         "fast_bias_correction": Categorical((True, False)),
         "subset_size": Categorical((64, 128, 300)),
+        "smooth_quant_alpha": Categorical((0.5, 0.8, 0.95, -1.0)),
     }
 
     class Config(QuantizeOptions):
@@ -74,6 +75,7 @@ class NncfQuantize(OpenVinoPass):
             "subset_size": subset_size,
             "calibration_samples": len(items),
             "fast_bias_correction": cfg.fast_bias_correction,
+            "smooth_quant_alpha": cfg.smooth_quant_alpha,
             "ignored_scope": cfg.ignored_scope.to_json(),
             "inference_precision_hint": source.hint,
             "library_warnings": output.lines(),

@@ -124,7 +124,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
                 validator,
                 max_drop=cfg.max_drop,
                 drop_type=nncf.DropType.ABSOLUTE if cfg.drop_type == "absolute" else nncf.DropType.RELATIVE,
-                **_nncf.quantize_arguments(cfg, subset_size),
+                **_nncf.quantize_arguments(cfg, subset_size, advanced="advanced_quantization_parameters"),
                 advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
                     max_num_iterations=cfg.max_num_iterations, num_ranking_workers=1
                 ),

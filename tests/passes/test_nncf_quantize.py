@@ -151,3 +151,24 @@ def test_int32_token_ids_are_cast_to_the_model_input_type(bert_ir: ModelArtifact
     data = Dataset(inputs={name: array.astype(np.int32) for name, array in CALIBRATION.inputs.items()})
     result = quantize(bert_ir, tmp_path, data=data, subset_size=8, model_type="transformer")
     assert result.details["fake_quantize_nodes"] > 0
+
+
+def test_smooth_quant_alpha_reaches_nncf(bert_ir: ModelArtifact, quantized, tmp_path: Path) -> None:
+    """SmoothQuant scales the activations of the MatMuls it smooths: with it off (-1) NNCF inserts
+    no smoothing Multiply; two alphas give two different models, each recorded in the details."""
+
+    def smoothing(result) -> int:
+        model = ov.Core().read_model(str(result.model.model_file))
+        return sum(1 for op in model.get_ops() if "smooth_quant" in op.get_friendly_name())
+
+    off = quantize(bert_ir, tmp_path / "off", preset="mixed", model_type="transformer", smooth_quant_alpha=-1)
+    low = quantize(bert_ir, tmp_path / "low", preset="mixed", model_type="transformer", smooth_quant_alpha=0.3)
+    assert smoothing(off) == 0
+    assert smoothing(low) > 0 and smoothing(quantized) > 0  # NNCF's default (0.95) smooths too
+    assert low.details["smooth_quant_alpha"] == 0.3 and quantized.details["smooth_quant_alpha"] is None
+    assert low.model.digest != quantized.model.digest
+
+
+def test_smooth_quant_alpha_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="smooth_quant_alpha"):
+        NncfQuantize.Config(calibration="calibration", smooth_quant_alpha=1.5)
