@@ -17,6 +17,7 @@ from engine.select.results import RunReport
 from engine.select.select import path_bytes
 from engine.store.store import Store
 from engine.workflow.resolve import ResolvedWorkflow, fetch_input
+from engine.workflow.resolve.model_checks import check_fetched_input
 
 
 def run_workflow(
@@ -68,6 +69,7 @@ def fetch_hub_input(resolved: ResolvedWorkflow, hooks: Hooks | None) -> None:
     began = time.perf_counter()
     resolved.input = fetch_input(resolved.input, resolved.file)
     hooks.model_download_done(hub.repo_id, hub.commit, time.perf_counter() - began)
+    check_fetched_input(resolved)  # its config.json is here now: the kind of model against the steps
 
 
 def has_work(runner: Runner) -> bool:

@@ -91,6 +91,9 @@ class Pass(ABC):
     #: folder); any other input gives ``produces``. See ``output_format``.
     keeps: ClassVar[tuple[str, ...]] = ()
     target_dependent: ClassVar[bool] = False
+    #: the kinds of Hugging Face model the pass can take (``engine.core.model_kind``: "decoder",
+    #: "encoder-decoder", "encoder"); empty: any. ``engine validate`` refuses the others
+    model_kinds: ClassVar[tuple[str, ...]] = ()
     #: distributions whose versions change what the pass writes: they enter every job key
     libraries: ClassVar[tuple[str, ...]] = ()
     Config: ClassVar[type[PassConfig]] = PassConfig

@@ -66,6 +66,7 @@ class DecoderExport(GenaiPass):
         "(model.onnx, genai_config.json, tokenizer), checked against PyTorch on a prompt and a cached step."
     )
     version = "1"
+    model_kinds = ("decoder",)
     accepts = ("hf", "torch")
     produces = "genai"
     libraries = ("torch", "transformers", "onnx", "onnxruntime")

@@ -58,6 +58,7 @@ class GenaiBuild(GenaiPass):
         "with ONNX Runtime GenAI's model builder, at fp32 / fp16 / bf16 / int8 / int4 weights."
     )
     version = "1"
+    model_kinds = ("decoder",)
     accepts = ("hf", "torch")
     produces = "genai"
     libraries = ("onnxruntime-genai", "onnx", "transformers", "torch")

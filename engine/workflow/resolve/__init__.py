@@ -19,6 +19,7 @@ from engine.workflow.problems import problems_from_validation
 from engine.workflow.resolve.checks import input_tokenizers, metric_refs, session_name_free
 from engine.workflow.resolve.inputs import WEIGHT_FILES, fetch_input, resolve_input, token_problems
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, InputModel, ResolvedWorkflow, Step, TargetEntry
+from engine.workflow.resolve.model_checks import model_kind_problems
 from engine.workflow.resolve.parts import parts_of
 from engine.workflow.resolve.search import GRID_CHECK_LIMIT
 from engine.workflow.resolve.sections import resolve_data, resolve_evaluators, resolve_targets
@@ -48,6 +49,7 @@ def resolve(source: WorkflowSource) -> ResolvedWorkflow:
     reported = {p.where.split(".")[1] for p in problems if p.where.startswith("data.")}
     problems.extend(input_tokenizers({k: v for k, v in datasets.items() if k not in reported}, input_model, source))
     steps = resolve_steps(parts, input_model, source, problems)
+    problems.extend(model_kind_problems(parts.raw_steps, steps, input_model, source))
     evaluators = resolve_evaluators(parts, source, problems)
     if len(evaluators) == parts.evaluate_count:  # metrics of an evaluation that failed are not known
         problems.extend(metric_refs(parts.metrics, evaluators, source))
