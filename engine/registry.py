@@ -54,6 +54,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "rtn": "passes.torch_quant.rtn:Rtn",
         "gptq": "passes.torch_quant.gptq:Gptq",
         "decoder_export": "passes.generate.decoder_export:DecoderExport",
+        "seq2seq_export": "passes.generate.seq2seq_export:Seq2SeqExport",
         "quarot": "passes.torch_quant.quarot:QuaRot",
         "selective_mixed_precision": "passes.torch_quant.selective_mixed_precision:SelectiveMixedPrecision",
     },
@@ -69,6 +70,8 @@ BUILTIN: dict[str, dict[str, str]] = {
         "generation": "evaluators.generation:GenerationEvaluator",
         "perplexity": "evaluators.perplexity:Perplexity",
         "logit_fidelity": "evaluators.logit_fidelity:LogitFidelity",
+        "seq2seq_fidelity": "evaluators.seq2seq_fidelity:Seq2SeqFidelity",
+        "seq2seq_generation": "evaluators.seq2seq_generation:Seq2SeqGeneration",
     },
     "targets": {
         "onnxruntime": "targets.onnxruntime:OnnxRuntimeTarget",

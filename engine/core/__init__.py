@@ -22,7 +22,7 @@ from engine.core.hashing import canonical_json, digest_tree, sha256_json
 from engine.core.passes import Pass, PassConfig, PassContext, PassResult
 from engine.core.refs import CodePath, DatasetRef, EvaluationRef, FileOrInput, FilePath, InputModelField, InputTask, RefKind, references
 from engine.core.search import Categorical, Distribution, FloatRange, IntRange, Outcome, Sampler, Trial, TrialState
-from engine.core.target import Availability, Generation, GenerativeSession, Session, Target, TargetConfig, TensorSpec
+from engine.core.target import Availability, Generation, GenerativeSession, Seq2SeqSession, Session, Target, TargetConfig, TensorSpec
 
 __all__ = [
     "FORMATS",
@@ -59,6 +59,7 @@ __all__ = [
     "Problem",
     "RefKind",
     "Sampler",
+    "Seq2SeqSession",
     "Session",
     "StrictConfig",
     "Target",

@@ -26,6 +26,10 @@ FORMATS: dict[str, str | None] = {
     # manifest naming the parts in order with their inputs and outputs (+ genai_config.json and
     # the tokenizer's files when the parts are a genai decoder's pipeline)
     "onnx_parts": "split.json",
+    # an encoder-decoder model with a key/value cache: encoder.onnx (source -> encoder states and
+    # cross-attention keys / values) and decoder.onnx (one step over the cache), seq2seq.json
+    # naming them with their inputs and outputs, config.json (+ the tokenizer's files)
+    "seq2seq": "seq2seq.json",
 }
 
 #: the entry-point group a plugin package lists its formats under: ``name = "module:FORMAT"``,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec, StrictConfig, library_versions
+from engine.core.config import ID_MAX_LENGTH, ID_PATTERN, EnvironmentSpec, PlacementSpec, StrictConfig, library_versions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,16 +36,21 @@ class TargetConfig(StrictConfig):
         default=None,
         description="Resources a cluster executor requests for this target's jobs, e.g. {GPU: 1} or a custom {intel_cpu: 1}. Not part of the fingerprint.",
     )
+    placement: PlacementSpec | None = Field(
+        default=None,
+        description="Run this target's jobs only on a node with these resources, e.g. {resources: {gpu_h100: 1}}; unavailable where no node has them. Not part of the fingerprint.",
+    )
     environment: EnvironmentSpec | None = Field(
         default=None,
         description="Run this target's sessions and target-dependent passes in a virtual environment with these requirements (built once by `engine run`, e.g. {requirements: [onnxruntime-openvino==1.24.1]}).",
     )
 
     def to_json(self) -> dict[str, Any]:
-        """As StrictConfig's; ``environment`` appears only when set, so targets without one keep their keys."""
+        """As StrictConfig's; ``environment`` and ``placement`` appear only when set, so targets without them keep their keys."""
         data = super().to_json()
-        if data.get("environment") is None:
-            data.pop("environment", None)
+        for optional in ("environment", "placement"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
 
@@ -167,6 +172,31 @@ class GenerativeSession(Session):
         return [out]
 
 
+class Seq2SeqSession(Session):
+    """An encoder-decoder model opened for generation (the ``seq2seq`` format): the encoder runs
+    once on a source (token ids and mask, or audio features), the decoder token by token over its
+    key/value cache. ``inputs`` are the encoder's; ``run`` runs the encoder (what a plain
+    ``Session`` caller, the size or memory evaluator, may run). Greedy, so a generation repeats
+    exactly for the same model and source."""
+
+    @abstractmethod
+    def start_tokens(self) -> list[int]:
+        """The decoder's default prompt: its start token (``decoder_start_token_id``)."""
+
+    @abstractmethod
+    def first_logits(self, source: dict[str, np.ndarray], prompt: Sequence[int] | None = None) -> np.ndarray:
+        """The decoder's logits after each token of ``prompt`` (default ``start_tokens()``) for
+        this source, from an empty cache: float32 ``[len(prompt), vocab]``."""
+
+    @abstractmethod
+    def generate_from(
+        self, source: dict[str, np.ndarray], max_new_tokens: int, prompt: Sequence[int] | None = None, stop_at_eos: bool = False
+    ) -> Generation:
+        """Greedy tokens after ``prompt`` for this source (batch 1), timed: ``prefill_s`` is the
+        encoder plus the first decoder step (time to first token). Exactly ``max_new_tokens``
+        unless ``stop_at_eos`` and an end-of-sequence token comes first (it is kept)."""
+
+
 class Target(ABC):
     runtime: ClassVar[str]
     summary: ClassVar[str]
@@ -224,4 +254,5 @@ class Target(ABC):
         options = self.config.to_json()
         options.pop("id", None)
         options.pop("resources", None)  # where a job runs, not what it computes
+        options.pop("placement", None)
         return {"runtime": self.runtime, "version": self.version, "options": options, "libraries": library_versions(self.libraries)}

@@ -104,4 +104,30 @@ class OnnxPass(Pass):
 
     def check_output(self, result: PassResult, ctx: PassContext) -> None:
         super().check_output(result, ctx)
+        if result.model.format == SEQ2SEQ_FORMAT:  # an encoder and a decoder: each checked
+            for name in seq2seq_parts(result.model.path):
+                check_onnx(Path(result.model.path) / name)
+            return
         check_onnx(result.model.model_file, checker=result.model.format != "genai")
+
+
+#: an encoder-decoder folder (``passes.common.seq2seq_folder``): seq2seq.json names its two parts
+SEQ2SEQ_FORMAT, SEQ2SEQ_MANIFEST, SEQ2SEQ_PARTS = "seq2seq", "seq2seq.json", ("encoder", "decoder")
+
+
+def seq2seq_parts(folder: Path) -> list[str]:
+    """The ONNX files seq2seq.json names, encoder first; ValueError naming the file and the key."""
+    import json
+
+    path = Path(folder) / SEQ2SEQ_MANIFEST
+    try:
+        document = json.loads(path.read_text())
+        names = [str(document[part]["filename"]) for part in SEQ2SEQ_PARTS]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path}: expected {{'encoder': {{'filename': ...}}, 'decoder': {{'filename': ...}}}} ({type(error).__name__}: {error})"
+        ) from error
+    missing = [name for name in names if not (Path(folder) / name).is_file()]
+    if missing:
+        raise ValueError(f"{path} names {', '.join(missing)}, which {folder} does not hold")
+    return names

@@ -41,6 +41,7 @@ from engine.core import Categorical, KilnError, ModelArtifact, PassContext, Pass
 from passes.common.library_logs import LibraryMessage, capture_library_logs, distinct
 from passes.common.onnx_io import EXTERNAL_DATA_THRESHOLD, OnnxPass, save_onnx
 from passes.common.pass_io import check_providers, onnx_output, open_onnx_input, require
+from passes.quantize._parts import quantize_parts
 from passes.quantize.onnx_facts import (
     file_bytes,
     initializer_bytes,
@@ -93,8 +94,9 @@ class OrtQuantize(OnnxPass):
         "INT8 quantization with onnxruntime.quantization (dynamic: activations at run time; static: activations calibrated on a dataset)"
     )
     version = "1"
-    accepts = ("onnx",)
+    accepts = ("onnx", "seq2seq")
     produces = "onnx"
+    keeps = ("seq2seq",)  # an encoder and a decoder with past: each quantized (passes.quantize._parts)
     libraries = ("onnx", "onnxruntime")
 
     @classmethod
@@ -117,6 +119,8 @@ class OrtQuantize(OnnxPass):
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         import onnx
 
+        if model.format == "seq2seq":
+            return quantize_parts(self, model, ctx)
         (registry,) = require("onnxruntime", self.name, "onnxruntime.quantization.registry")
         cfg = self.config
         static = cfg.mode == "static"

@@ -22,6 +22,7 @@ from targets.onnxruntime.decoder import DecoderSession
 from targets.onnxruntime.decoder_layout import DecoderLayout
 from targets.onnxruntime.eps import CPU, CUDA, OPENVINO, TENSORRT
 from targets.onnxruntime.provider_groups import cuda_provider_options, openvino_provider_options
+from targets.onnxruntime.seq2seq import OrtSeq2SeqSession, open_seq2seq
 from targets.onnxruntime.session import (
     OnnxRuntimeSession,
     import_onnxruntime,
@@ -41,8 +42,9 @@ class OnnxRuntimeTarget(Target):
     runtime = "onnxruntime"
     summary = "ONNX Runtime with a chosen list of execution providers (CPU by default; CUDA, TensorRT, OpenVINO, DirectML, ...)."
     version = "1"
-    #: ``genai``: a decoder folder, opened for generation with Kiln's own decode loop (``decoder``)
-    accepts = ("onnx", "genai")
+    #: ``genai``: a decoder folder, opened for generation with Kiln's own decode loop (``decoder``);
+    #: ``seq2seq``: an encoder and a decoder with past, opened with Kiln's greedy loop (``seq2seq``)
+    accepts = ("onnx", "genai", "seq2seq")
     libraries = ("onnxruntime",)
 
     Config = OnnxRuntimeConfig
@@ -122,9 +124,11 @@ class OnnxRuntimeTarget(Target):
             options[index] = trt_cache.options_with(options[index], trt_cache.provider_options(trt, folder))
         return options
 
-    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession | DecoderSession | StaticDecoderSession:
+    def open_session(self, model: ModelArtifact) -> OnnxRuntimeSession | DecoderSession | StaticDecoderSession | OrtSeq2SeqSession:
         if model.format not in self.accepts:
-            raise KilnError(f"target '{self.id}' (onnxruntime) runs ONNX models and genai decoder folders, got a {model.format} model")
+            raise KilnError(
+                f"target '{self.id}' (onnxruntime) runs ONNX models, genai decoder folders and seq2seq folders, got a {model.format} model"
+            )
         if model.format == "genai" and self.config.cuda_graph is not None:
             raise KilnError(
                 f"target '{self.id}': {self.config.cuda_graph} is on, but Kiln's decode loop for genai models runs without CUDA graphs "
@@ -137,6 +141,8 @@ class OnnxRuntimeTarget(Target):
         path = model.model_file
         if not path.is_file():
             raise KilnError(f"target '{self.id}': no ONNX model file at {path}")
+        if model.format == "seq2seq":
+            return self._open_seq2seq(onnxruntime, model)
         session, passed = self._create(onnxruntime, model)
         in_use = list(session.get_providers())
         nodes = placement.placement_of(session)
@@ -174,6 +180,32 @@ class OnnxRuntimeTarget(Target):
         if self.config.cuda_graph is not None:
             details["cuda_graph"] = {"enabled_by": self.config.cuda_graph, "note": binding.STATIC_SHAPES, "captured_shapes": []}
         return OnnxRuntimeSession(session, inputs, outputs, details, plan)
+
+    def _open_seq2seq(self, onnxruntime: Any, model: ModelArtifact) -> OrtSeq2SeqSession:
+        """An encoder-decoder folder: a session per part, the settings of the decoder's recorded."""
+        made: list[Any] = []
+
+        def create(file: Path) -> Any:
+            session, passed = self._create(onnxruntime, model, file)
+            made.append(passed)
+            return session
+
+        opened = open_seq2seq(create, Path(model.path), {})
+        in_use = list(opened._live()[1].get_providers())
+        opened.details.update(
+            {
+                "runtime": "onnxruntime",
+                "onnxruntime_version": onnxruntime.__version__,
+                "device": self.config.device,
+                "providers": in_use,
+                "intra_op_threads": self.config.intra_op_threads,
+                "inter_op_threads": self.config.inter_op_threads,
+                "graph_optimization_level": self.config.graph_optimization_level,
+                "execution_mode": self.config.execution_mode,
+                **self._extra_details(made[-1]),
+            }
+        )
+        return opened
 
     def _extra_details(self, passed: list[dict[str, Any]] | None) -> dict[str, Any]:
         """Settings in force beyond the ones every session records: only those not at their default."""
