@@ -11,6 +11,7 @@ from pydantic import Field, PositiveInt, field_validator
 from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
 from passes.common.onnx_io import OnnxPass, default_opset, ort_limits, save_onnx
 from passes.common.pass_io import check_providers
+from passes.common.whole_model import check_whole, refuse_encoder_decoder_task
 from passes.export.hf_options import AttnImplementation, Task, attn_implementation_field, task_field
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class TorchExport(OnnxPass):
         dynamic_axes: bool = Field(
             default=True,
             description="Make the batch axis of every input and output dynamic ('batch'), and for Hugging Face models the sequence axis "
-            "too ('sequence'); false exports the example's fixed shapes.",
+            "too ('sequence') of a text model; false exports the example's fixed shapes.",
         )
         task: Task = task_field("Hugging Face task")
         attn_implementation: AttnImplementation = attn_implementation_field(
@@ -50,7 +51,8 @@ class TorchExport(OnnxPass):
         outputs: tuple[str, ...] | None = Field(
             default=None,
             min_length=1,
-            description="Outputs to export. Hugging Face: output fields, default ['last_hidden_state'] (feature-extraction) or ['logits']; "
+            description="Outputs to export. Hugging Face: output fields, default ['last_hidden_state'] (feature-extraction), "
+            "['logits', 'pred_boxes'] (object-detection) or ['logits']; "
             "torch: keys of a dict output, or names for a tensor / tuple output (default output, output_0, ...).",
         )
         input_shapes: dict[str, tuple[PositiveInt, ...]] | None = Field(
@@ -107,12 +109,17 @@ class TorchExport(OnnxPass):
         proto, warnings_seen = exporters.export(source, config.exporter, config.opset, out_axes, scratch)
         shutil.rmtree(scratch)
         exporters.make_reproducible(proto)
+        if out_axes is not None and "image_shape" in source.attrs:  # a fixed image size fixes every output axis but the batch
+            exporters.fix_output_dims(proto, source.output_names, cases[0].outputs, out_axes)
         path = save_onnx(proto, Path(ctx.output_dir))
         for warning in warnings_seen:
             ctx.logger.debug("%s: exporter warning: %s", ctx.step_id, warning)
 
         inputs = [value.name for value in proto.graph.input]
         outputs = [value.name for value in proto.graph.output]
+        # the whole model the task needs: its main input (the exporter drops only unused others) and every output
+        main = [name for name in ("input_ids", "pixel_values") if name in source.input_names][:1]
+        check_whole(f"the {source.attrs.get('task', 'torch')} model", inputs, outputs, main, source.output_names)
         opset = default_opset(proto)
         notes = [*source.notes, f"exported with the {config.exporter} exporter at opset {opset}"]
         if opset != config.opset:
@@ -156,9 +163,11 @@ class TorchExport(OnnxPass):
         if model.format == "hf":
             if config.input_shapes or config.input_dtypes:
                 raise ValueError(
-                    "input_shapes and input_dtypes apply to torch models; a Hugging Face model's inputs come from its tokenizer"
+                    "input_shapes and input_dtypes apply to torch models; a Hugging Face model's inputs come from its tokenizer "
+                    "(text) or its image processor config (vision)"
                 )
             if not (Path(model.path) / "config.json").is_file():
                 raise ValueError(f"{model.path} is not a Hugging Face folder: it has no config.json")
+            refuse_encoder_decoder_task(Path(model.path), config.task, self.name)
             return sources.hf_source(Path(model.path), config.task, config.attn_implementation, config.outputs, sources.remote_code(model))
         return sources.factory_source(model, config.input_shapes, dict(config.input_dtypes), config.outputs)

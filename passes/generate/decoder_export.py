@@ -31,8 +31,10 @@ from typing import Any
 from pydantic import Field
 
 from engine.core import ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.model_kind import kind_refusal, read_config
 from passes.common.onnx_io import EXTERNAL_DATA_FILE, MODEL_FILE, clamp_ir_version, ort_limits
 from passes.common.pass_io import GENAI_CONFIG, require
+from passes.common.whole_model import check_whole
 from passes.generate._common import GenaiPass, decoder_facts, hf_input
 
 #: text whose tokens are the parity check's prompt
@@ -88,12 +90,11 @@ class DecoderExport(GenaiPass):
         from passes.common.graph_tools import quiet_library
         from passes.generate import _decoder
 
-        _, max_opset = ort_limits()
-        if cfg.opset > max_opset:
-            raise ValueError(f"opset {cfg.opset} is above {max_opset}, the highest the installed onnxruntime loads")
+        _check_opset(cfg.opset)
         workdir = Path(ctx.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         source, notes = hf_input(model, ctx, self.name)
+        _refuse_other_kinds(self.name, self.model_kinds, source)
         remote_code = model.attrs.get("trust_remote_code") is True  # input.trust_remote_code: the folder's code builds it
         out = Path(ctx.output_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -111,6 +112,7 @@ class DecoderExport(GenaiPass):
             scratch.mkdir(parents=True)
             export_warnings = _decoder.export(wrapper, shape, cfg.opset, scratch / MODEL_FILE)
             _save(onnx, scratch / MODEL_FILE, out / MODEL_FILE)
+            _check_whole(onnx, out / MODEL_FILE, shape)
             shutil.rmtree(scratch)
             tokenizer.save_pretrained(str(out))
         (out / GENAI_CONFIG).write_text(json.dumps(genai_config(lm, shape), indent=4) + "\n")
@@ -139,6 +141,31 @@ class DecoderExport(GenaiPass):
         ctx.logger.debug("decoder_export %s: %s, parity %s", ctx.step_id, shape.model_type, parity and parity["max_abs_diff"])
         attrs = {"tokenizer": str(out), "inputs": facts["inputs"], "outputs": facts["outputs"]}
         return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=attrs), details=details, notes=notes)
+
+
+def _refuse_other_kinds(name: str, kinds: tuple[str, ...], source: Path) -> None:
+    """An encoder-decoder loads as its decoder alone (WhisperForCausalLM: no encoder, no
+    cross-attention), which would export without error: refused, with the pass that fits."""
+    refusal = kind_refusal(name, kinds, read_config(source), str(source / "config.json"))
+    if refusal is not None:
+        raise ValueError(f"{refusal[0]}; {refusal[1]}")
+
+
+def _check_opset(opset: int) -> None:
+    _, max_opset = ort_limits()
+    if opset > max_opset:
+        raise ValueError(f"opset {opset} is above {max_opset}, the highest the installed onnxruntime loads")
+
+
+def _check_whole(onnx: Any, path: Path, shape: Any) -> None:
+    """The exported graph is the whole causal LM with its cache (position_ids aside: a model may not read them)."""
+    from passes.generate import _decoder
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    input_names, output_names = _decoder.names(shape)
+    needed = [name for name in input_names if name != "position_ids"]
+    inputs, outputs = [v.name for v in graph.input], [v.name for v in graph.output]
+    check_whole("a causal LM with its key/value cache", inputs, outputs, needed, output_names)
 
 
 def genai_config(lm: Any, shape: Any) -> dict[str, Any]:
