@@ -148,6 +148,8 @@ def _rule(facts: ModelFacts, choice: Choice) -> str:
     data = (
         "160 held-out lines shipped with Kiln (32 others calibrate)"
         if facts.tokenizer
+        else "held-out synthetic pixel_values (standard normal; 32 others calibrate)"
+        if facts.kind == "vision"
         else "held-out synthetic inputs (no tokenizer found)"
     )
     return (

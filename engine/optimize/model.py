@@ -1,6 +1,7 @@
 """What `engine optimize` was given: a local model (a Hugging Face folder, an ONNX file) or a Hub
-id, and what kind of model it is (a text encoder, a decoder, another ONNX model), read from its
-config.json or from the ONNX graph's inputs."""
+id, and what kind of model it is (a text encoder, a decoder, a vision model, another ONNX model),
+read from its config.json (the task from its architectures, engine.workflow.tasks) or from the
+ONNX graph's inputs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from engine.core.errors import InputError, Problem
 from engine.workflow import files as userfiles
 from engine.workflow import hub
+from engine.workflow.tasks import task_of_config
 
 #: a Hub repository id: ORG/NAME, each part letters, digits, '-', '_', '.'
 HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(?<![.-])$")
@@ -21,6 +23,11 @@ DECODER_ENDINGS = ("ForCausalLM", "LMHeadModel")
 DECODER_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "phi", "phi3", "gpt2", "gemma", "gemma2", "granite", "olmo", "smollm3"}
 VISION_TYPES = {"vit", "deit", "beit", "swin", "swinv2", "convnext", "convnextv2", "resnet", "regnet", "mobilenet_v2", "efficientnet"}
 VISION_TYPES |= {"mobilevit", "dinov2", "clip_vision_model", "siglip_vision_model", "levit", "poolformer", "segformer", "yolos", "detr"}
+#: the tasks of text models whose encoder `engine optimize` exports (a head it does not export keeps its backbone)
+TEXT_TASKS = ("feature-extraction", "text-classification", "text-generation", "fill-mask", "token-classification", "question-answering")
+TEXT_TASKS += ("multiple-choice",)
+#: the vision tasks torch_export exports (optimum's names)
+VISION_TASKS = ("image-classification", "feature-extraction", "object-detection", "semantic-segmentation")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model")
 GENERIC_NAMES = {"model", "models", "onnx", "hf", "checkpoint", "checkpoints", "snapshot", "export", "weights", "files"}
 WHERE = "MODEL"
@@ -32,7 +39,7 @@ class ModelFacts:
 
     input: dict[str, Any]  # the workflow's `input:` section
     name: str  # a plain name for the workflow and its file
-    kind: str  # encoder (a Hugging Face text encoder), decoder (a causal LM), onnx (an ONNX model)
+    kind: str  # encoder (a Hugging Face text encoder), decoder (a causal LM), vision (a Hugging Face vision model), onnx
     described: str  # what it is, in words, for the terminal and the workflow's header
     task: str | None = None  # the Hugging Face task (encoders, decoders)
     tokenizer: str | None = None  # `input`, a tokenizer folder, or None (then synthetic token ids)
@@ -42,7 +49,7 @@ class ModelFacts:
 
     @property
     def text(self) -> bool:
-        return self.kind != "onnx" or "input_ids" in self.inputs
+        return self.kind in ("encoder", "decoder") or "input_ids" in self.inputs
 
 
 def _bad(message: str, given: str, expected: str | None = None, hint: str | None = None) -> InputError:
@@ -129,12 +136,15 @@ def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: 
             given,
             hint="write the workflow by hand (docs/workflow.md)",
         )
-    if model_type in VISION_TYPES or any(a.endswith("ForImageClassification") for a in architectures):
+    inferred, _ = task_of_config(config)
+    if inferred is not None and inferred not in (*TEXT_TASKS, *VISION_TASKS) and model_type not in VISION_TYPES:
         raise _bad(
-            f"a vision model ({shown}): Kiln exports Hugging Face text models only",
+            f"a {inferred} model ({shown}): `engine optimize` makes workflows for text encoders, decoders and vision models",
             given,
-            hint="export it to ONNX (torch.onnx.export) and give the .onnx file",
+            hint="write the workflow by hand (docs/workflow.md)",
         )
+    if model_type in VISION_TYPES or (inferred in VISION_TASKS and inferred != "feature-extraction"):
+        return _vision(config, spec, name, task or inferred or "feature-extraction", shown, given)
     task = task or (
         "text-generation"
         if decoder
@@ -158,6 +168,18 @@ def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: 
     kind = "decoder" if task == "text-generation" else "encoder"
     described = f"a {'decoder (causal LM)' if kind == 'decoder' else 'text encoder'}: {shown}"
     return ModelFacts(spec, name, kind, described, task, tokenizer, max_length, vocab)
+
+
+def _vision(config: dict[str, Any], spec: dict[str, Any], name: str, task: str, shown: str, given: str) -> ModelFacts:
+    """A vision model: exported with its pixel_values (size from its image processor or config), batch dynamic."""
+    if task not in VISION_TASKS:
+        raise _bad(
+            f"--task {task} does not apply to a vision model ({shown})",
+            given,
+            expected=", ".join(VISION_TASKS),
+            hint="leave out --task: it is read from config.json",
+        )
+    return ModelFacts(spec, name, "vision", f"a vision model ({task}): {shown}", task)
 
 
 def _from_onnx(onnx_file: Path, spec: dict[str, Any], given: str, task: str | None) -> ModelFacts:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 DEVICES = ("cpu", "gpu", "npu")
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
-TASKS = ("feature-extraction", "text-classification", "text-generation")
+TASKS = (
+    "feature-extraction",
+    "text-classification",
+    "text-generation",
+    "image-classification",
+    "object-detection",
+    "semantic-segmentation",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

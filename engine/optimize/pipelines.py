@@ -9,7 +9,9 @@ keeps the MatMuls whose quantization hurts most in float (workflows/bert-cpu.yam
 its IR with NNCF INT8, with and without accuracy control (bert-openvino.json); a CUDA target GPU
 fusion, FP16 or static QDQ INT8; TensorRT the unfused export compiled into an EPContext model
 (bert-gpu.yaml); a decoder the GenAI model builder's own weight-only quantization beside Kiln's
-int4_weights (llm-cpu.yaml)."""
+int4_weights (llm-cpu.yaml). A vision model is exported for its task (pixel_values, batch dynamic)
+and on ONNX Runtime's CPU gets static QDQ INT8 calibrated on synthetic images beside dynamic INT8,
+as an ONNX model without token inputs does."""
 
 from __future__ import annotations
 
@@ -90,6 +92,15 @@ def steps(facts: ModelFacts, choice: Choice) -> Pipeline:
     if facts.kind == "encoder":
         source = pipeline.add(
             "the FP32 ONNX model (TorchScript exporter, eager attention, dynamic batch and sequence; checked against PyTorch)",
+            "export",
+            "torch_export",
+            None,
+            config={**EXPORT, "task": facts.task},
+        )
+    elif facts.kind == "vision":
+        source = pipeline.add(
+            f"the FP32 ONNX model for {facts.task} (TorchScript exporter, pixel_values of the image processor's size, dynamic batch; "
+            "checked against PyTorch)",
             "export",
             "torch_export",
             None,

@@ -1,4 +1,6 @@
-"""A folder of images, one sub-folder per class: resized, scaled to [0, 1], normalized, stacked.
+"""A folder of images, one sub-folder per class: resized, scaled to [0, 1], normalized, stacked;
+or, with ``processor``, prepared by a Hugging Face image processor (transformers' AutoImageProcessor)
+exactly as the model expects them.
 
 Pillow is imported inside ``load``, never at module import: the engine imports this module to read
 ``Config`` when it validates a workflow, and ``engine --help`` must stay fast (and work where
@@ -16,7 +18,7 @@ from pydantic import Field, model_validator
 
 from engine.core.data import Dataset, DataSource, DataSourceConfig
 from engine.core.errors import MissingDependency
-from engine.core.refs import FilePath
+from engine.core.refs import FileOrInput, FilePath
 from evaluators.data._tokenize import source_error
 
 if TYPE_CHECKING:
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: what the image processor decides when ``processor`` is set
+PROCESSOR_SETS = ("size", "resample", "grayscale", "mean", "std", "layout")
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
@@ -71,6 +75,15 @@ class ImageFolder(DataSource):
         limit_per_class: int | None = Field(
             default=None, ge=1, description="Keep at most the first N images (sorted by name) of each class. Omit for all."
         )
+        processor: FileOrInput | None = Field(
+            default=None,
+            description=(
+                "`input` for the image processor saved with the workflow's input model (its preprocessor_config.json), or a "
+                "folder holding one: images are resized, cropped and normalized by transformers' AutoImageProcessor, and "
+                "size, resample, grayscale, mean, std and layout do not apply. input_name `input` (the default) becomes the "
+                "processor's (pixel_values)."
+            ),
+        )
 
         @model_validator(mode="after")
         def _check_channels(self) -> ImageFolder.Config:
@@ -83,6 +96,14 @@ class ImageFolder(DataSource):
                 raise ValueError("`std` values must not be 0")
             if any(side < 1 for side in self.size):
                 raise ValueError("`size` values must be at least 1")
+            # compared with the defaults, not model_fields_set: a config read back from its JSON sets every field
+            manual = [
+                name
+                for name in PROCESSOR_SETS
+                if getattr(self, name) != type(self).model_fields[name].get_default(call_default_factory=True)
+            ]
+            if self.processor is not None and manual:
+                raise ValueError(f"the image processor sizes and normalizes the images: remove {', '.join(manual)} (or `processor`)")
             return self
 
     config: Config
@@ -135,6 +156,11 @@ class ImageFolder(DataSource):
             raise MissingDependency("pillow", "the image_folder data source") from error
         cfg = self.config
         classes, samples = self.find_images()
+        if cfg.processor is not None:
+            from evaluators.data._images import processed
+
+            name, pixels = processed(self.name, samples, cfg.processor, None if cfg.input_name == "input" else cfg.input_name, input_model)
+            return self._dataset(classes, samples, name, pixels)
         height, width = cfg.size
         filters = {
             "nearest": Image.Resampling.NEAREST,
@@ -160,6 +186,10 @@ class ImageFolder(DataSource):
             pixels /= np.asarray(cfg.std, dtype=np.float32)
         if cfg.layout == "NCHW":
             pixels = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
+        return self._dataset(classes, samples, cfg.input_name, pixels)
+
+    def _dataset(self, classes: list[str], samples: list[tuple[Path, int]], input_name: str, pixels: np.ndarray) -> Dataset:
+        cfg = self.config
         labels = np.asarray([label for _, label in samples], dtype=np.int64)
         root = Path(cfg.path)
         meta = {
@@ -169,8 +199,10 @@ class ImageFolder(DataSource):
             "classes": classes,
             "class_counts": {name: int((labels == index).sum()) for index, name in enumerate(classes)},
             "shape": list(pixels.shape[1:]),
-            "layout": cfg.layout,
-            "inputs": [cfg.input_name],
+            "layout": "NCHW" if cfg.processor is not None else cfg.layout,
+            "inputs": [input_name],
         }
+        if cfg.processor is not None:
+            meta["processor"] = cfg.processor
         logger.debug("image_folder: %d images of %d classes from %s", len(samples), len(classes), root)
-        return Dataset(inputs={cfg.input_name: pixels}, labels=labels, meta=meta)
+        return Dataset(inputs={input_name: pixels}, labels=labels, meta=meta)

@@ -39,6 +39,19 @@ def output_axes(source: ExportSource, outputs: list[np.ndarray], alternate: list
     return axes
 
 
+def fix_output_dims(model: onnx.ModelProto, names: list[str], outputs: list[np.ndarray], axes: dict[str, dict[int, str]]) -> None:
+    """Give the output axes that kept their size between the two examples (those ``axes`` does not
+    name) that size, where the TorchScript exporter left a symbolic name of its own
+    (``LayerNormalizationlast_hidden_state_dim_1``)."""
+    sizes = dict(zip(names, outputs, strict=True))
+    for value in model.graph.output:
+        if value.name not in sizes:
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if axis not in axes.get(value.name, {}) and dim.dim_param and axis < sizes[value.name].ndim:
+                dim.dim_value = int(sizes[value.name].shape[axis])  # clears dim_param: one of the two is set
+
+
 #: models whose parameters take less than this are exported into memory (no file written, then read back)
 IN_MEMORY_BYTES = 1 << 30
 

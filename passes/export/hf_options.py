@@ -11,7 +11,7 @@ from pydantic import Field
 from engine.core.refs import InputTask
 
 #: filled from the workflow input's ``task`` when the step does not set it
-Task = InputTask[Literal["feature-extraction", "text-classification"]]
+Task = InputTask[Literal["feature-extraction", "text-classification", "image-classification", "object-detection", "semantic-segmentation"]]
 AttnImplementation = Literal["eager", "sdpa"]
 
 
@@ -19,7 +19,10 @@ def task_field(scope: str) -> Any:
     """``task``; ``scope`` opens the description (e.g. "Hugging Face input only")."""
     return Field(
         default="feature-extraction",
-        description=f"{scope}: feature-extraction loads AutoModel, text-classification AutoModelForSequenceClassification.",
+        description=f"{scope}: the transformers class the model is loaded with: feature-extraction AutoModel (text or vision "
+        "encoders), text-classification AutoModelForSequenceClassification, image-classification AutoModelForImageClassification, "
+        "object-detection AutoModelForObjectDetection, semantic-segmentation AutoModelForSemanticSegmentation. A vision model "
+        "takes pixel_values (batch dynamic) of the size its preprocessor_config.json or config.json states.",
     )
 
 

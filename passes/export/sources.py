@@ -90,31 +90,28 @@ def remote_code(model: ModelArtifact) -> bool:
     return model.attrs.get("trust_remote_code") is True
 
 
+#: the transformers auto class that loads a model for each task Kiln exports (optimum's task names)
+AUTO_CLASSES = {
+    "feature-extraction": "AutoModel",
+    "text-classification": "AutoModelForSequenceClassification",
+    "image-classification": "AutoModelForImageClassification",
+    "object-detection": "AutoModelForObjectDetection",
+    "semantic-segmentation": "AutoModelForSemanticSegmentation",
+}
+
+
 def hf_source(
     folder: Path, task: str, attn_implementation: str, outputs: tuple[str, ...] | None, trust_remote_code: bool = False
 ) -> ExportSource:
     """Load a Hugging Face folder for ``task`` with deterministic initialization of missing weights
-    (with the folder's own code only when ``trust_remote_code``)."""
-    import transformers  # heavy (seconds): only Hugging Face inputs need it
-
-    classes = {"feature-extraction": transformers.AutoModel, "text-classification": transformers.AutoModelForSequenceClassification}
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()  # a pass never prints
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model, loading = classes[task].from_pretrained(
-                str(folder), attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **LOAD_OPTIONS
-            )
-        tokenizer = _load_tokenizer(folder, trust_remote_code)
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
-    model.eval()
-    notes = []
-    missing = sorted(loading.get("missing_keys") or [])
-    if missing:
-        notes.append(f"weights missing from the checkpoint, initialized with seed 0: {', '.join(missing)}")
+    (with the folder's own code only when ``trust_remote_code``): a text model takes its tokenizer's
+    inputs, a vision model (``main_input_name`` pixel_values) one image batch."""
+    model, notes = _load_model(folder, task, attn_implementation, trust_remote_code)
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        return _vision_source(model, folder, task, outputs, notes)
+    if task not in DEFAULT_OUTPUTS:
+        raise ValueError(f"task {task} takes images, and this {type(model).__name__} takes {model.main_input_name}")
+    tokenizer = _load_tokenizer(folder, trust_remote_code)
 
     accepted = set(inspect.signature(model.forward).parameters)
     wanted = set(tokenizer.model_input_names) if tokenizer is not None else set(TEXT_INPUTS)
@@ -127,13 +124,7 @@ def hf_source(
         notes.append("no tokenizer in the folder: the example inputs are random token ids")
         vocab = int(getattr(model.config, "vocab_size", 100))
         example, alternate = (_random_text(input_names, vocab, batch, seq) for batch, seq in EXAMPLE_SIZES)
-
-    with torch.no_grad():
-        available = tensor_keys(model(**example))
-    keys = list(outputs) if outputs else list(DEFAULT_OUTPUTS[task])
-    unknown = [key for key in keys if key not in available]
-    if unknown:
-        raise ValueError(f"outputs {unknown} are not outputs of this {task} model; it returns {available}")
+    keys = _output_keys(model, example, outputs, DEFAULT_OUTPUTS[task], task)
 
     attrs: dict[str, Any] = {"task": task}
     if tokenizer is not None:
@@ -151,10 +142,73 @@ def hf_source(
     )
 
 
+def _load_model(folder: Path, task: str, attn_implementation: str, trust_remote_code: bool) -> tuple[Any, list[str]]:
+    """The model ``AUTO_CLASSES[task]`` loads from ``folder``, in eval mode, and what to note of it."""
+    import transformers  # heavy (seconds): only Hugging Face inputs need it
+
+    auto = AUTO_CLASSES[task]
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a pass never prints
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model, loading = getattr(transformers, auto).from_pretrained(
+                str(folder), attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **LOAD_OPTIONS
+            )
+    except ValueError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"transformers' {auto} cannot load this model for task {task}: {first}") from error
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+    model.eval()
+    missing = sorted(loading.get("missing_keys") or [])
+    notes = [f"weights missing from the checkpoint, initialized with seed 0: {', '.join(missing)}"] if missing else []
+    return model, notes
+
+
+def _output_keys(
+    model: Any, example: dict[str, torch.Tensor], outputs: tuple[str, ...] | None, default: tuple[str, ...], task: str
+) -> list[str]:
+    """The outputs to export: those asked for, else the task's; each must be one the model returns."""
+    with torch.no_grad():
+        available = tensor_keys(model(**example))
+    keys = list(outputs) if outputs else list(default)
+    unknown = [key for key in keys if key not in available]
+    if unknown:
+        raise ValueError(f"outputs {unknown} are not outputs of this {task} model; it returns {available}")
+    return keys
+
+
+def _vision_source(model: Any, folder: Path, task: str, outputs: tuple[str, ...] | None, notes: list[str]) -> ExportSource:
+    """A model that takes ``pixel_values``: one image batch of the processor's (or config's) size, batch dynamic."""
+    from passes.export import vision
+
+    if task not in vision.DEFAULT_OUTPUTS:
+        raise ValueError(
+            f"task {task} takes text, and this {type(model).__name__} takes pixel_values: set task to one of {sorted(vision.DEFAULT_OUTPUTS)}"
+        )
+    shape, where = vision.image_shape(folder, model.config)
+    notes.append(f"pixel_values of {list(shape)} per image (from {where}), batch dynamic")
+    example, alternate = vision.examples(shape)
+    keys = _output_keys(model, example, outputs, vision.DEFAULT_OUTPUTS[task], task)
+    return ExportSource(
+        module=KeywordCall(model, ["pixel_values"], keys).eval(),
+        input_names=["pixel_values"],
+        output_names=keys,
+        example=example,
+        alternate=alternate,
+        input_axes={"pixel_values": {0: "batch"}},
+        axis_sizes={"batch": vision.BATCHES},
+        notes=notes,
+        attrs=vision.vision_attrs(folder, task, shape),
+    )
+
+
 def _load_tokenizer(folder: Path, trust_remote_code: bool) -> Any:
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
-    import transformers  # already loaded by hf_source
+    import transformers  # already loaded by _load_model
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
     return tokenizer if tokenizer.pad_token is not None else None

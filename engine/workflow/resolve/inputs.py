@@ -13,6 +13,7 @@ from engine.workflow import hub
 from engine.workflow.resolve.model import InputModel
 from engine.workflow.schema import InputSpec, check_path_text
 from engine.workflow.source import WorkflowSource, shown_path
+from engine.workflow.tasks import infer_task
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 WHERE = ("input",)
@@ -226,11 +227,10 @@ def resolve_input(spec: InputSpec | None, source: WorkflowSource, problems: list
     if found:
         problems.extend(found)
         return None
-    if spec.task:
-        attrs["task"] = spec.task
+    inferred = _task(spec, path, attrs)
     if spec.trust_remote_code:
         attrs["trust_remote_code"] = True
-    return InputModel(format=spec.format, path=path, attrs=attrs)
+    return InputModel(format=spec.format, path=path, attrs=attrs, inferred_task=inferred)
 
 
 def _resolve_hub(spec: InputSpec, source: WorkflowSource, problems: list[Problem]) -> InputModel | None:
@@ -245,11 +245,25 @@ def _resolve_hub(spec: InputSpec, source: WorkflowSource, problems: list[Problem
             problems.extend(checks)
             return None
     attrs: dict[str, Any] = {"model": found.repo_id, "revision": found.revision, "commit": found.commit}
-    if spec.task:
-        attrs["task"] = spec.task
+    inferred = _task(spec, found.folder if found.present else None, attrs)
     if spec.trust_remote_code:
         attrs["trust_remote_code"] = True
-    return InputModel(format=spec.format, path=found.folder, attrs=attrs, hub=found)
+    return InputModel(format=spec.format, path=found.folder, attrs=attrs, hub=found, inferred_task=inferred)
+
+
+def _task(spec: InputSpec, folder: Path | None, attrs: dict[str, Any]) -> str | None:
+    """Set ``attrs["task"]``: ``input.task``, else for a Hugging Face folder the task its config.json's
+    first architecture names (optimum's task names); returns the architecture a task was inferred from."""
+    if spec.task:
+        attrs["task"] = spec.task
+        return None
+    if spec.format != "hf" or folder is None:
+        return None
+    task, architecture = infer_task(folder)
+    if task is None:
+        return None
+    attrs["task"] = task
+    return architecture
 
 
 def fetch_input(model: InputModel, file: Path) -> InputModel:

@@ -26,6 +26,8 @@ class InputModel:
     #: a Hugging Face Hub model: where the cache holds it, and whether it does yet (``path`` is
     #: its snapshot folder; ``engine run`` downloads what it lacks: ``fetch_input``)
     hub: HubModel | None = None
+    #: the architecture of config.json that ``attrs["task"]`` was inferred from (no ``input.task``)
+    inferred_task: str | None = None
 
     @property
     def digest_extra(self) -> dict[str, Any]:
@@ -45,7 +47,10 @@ class InputModel:
     @property
     def notes(self) -> list[str]:
         """What `engine validate` and `engine plan` tell about the input (a download to come)."""
-        return [self.hub.note] if self.hub is not None and self.hub.note else []
+        notes = [self.hub.note] if self.hub is not None and self.hub.note else []
+        if self.inferred_task:
+            notes.append(f"task: {self.attrs['task']} (inferred from config.json: architectures [{self.inferred_task}])")
+        return notes
 
 
 @dataclass

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from engine.core.errors import Problem
 from engine.core.refs import RefKind, references
@@ -16,18 +16,30 @@ from engine.workflow.schema import StepSpec
 from engine.workflow.source import WorkflowSource
 
 
-def fill_from_workflow(cls: Any, values: dict[str, Any], task: str | None) -> dict[str, str]:
+def fill_from_workflow(cls: Any, values: dict[str, Any], task: str | None, inferred: bool = False) -> dict[str, str]:
     """Fill the pass's ``InputTask`` options the step leaves out with the input's task (which
-    then enters the step's key, as any option does); what was filled, and from where."""
+    then enters the step's key, as any option does); what was filled, and from where. A task
+    ``inferred`` from the input's config.json fills only an option that accepts it: a pass that
+    knows fewer tasks keeps its default, as it did before the task was inferred."""
     filled = {}
     for option in references(cls.Config).get(RefKind.TASK, ()):
         if task and option not in values:
+            if inferred and task not in _choices(cls.Config, option):
+                continue
             values[option] = task
-            filled[option] = "input.task"
+            filled[option] = "config.json architectures" if inferred else "input.task"
     return filled
 
 
-def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: WorkflowSource, problems: list[Problem]) -> Step | None:
+def _choices(config: Any, option: str) -> tuple[Any, ...]:
+    """The values a ``Literal`` option accepts (empty for any other type)."""
+    annotation = config.model_fields[option].annotation
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def _step(
+    index: int, spec: StepSpec, parts: Parts, task: tuple[str | None, bool], source: WorkflowSource, problems: list[Problem]
+) -> Step | None:
     """One step with its pass, typed config and search, or None (and the problems)."""
     where: Where = ("steps", index)
     cls = lookup("passes", spec.pass_, source, (*where, "pass"), problems)
@@ -35,7 +47,7 @@ def _step(index: int, spec: StepSpec, parts: Parts, task: str | None, source: Wo
         return None
     owner = f"pass '{cls.name}'"
     values = dict(spec.config)
-    filled = fill_from_workflow(cls, values, task)
+    filled = fill_from_workflow(cls, values, *task)
     typed = validate_config(config_model(cls), values, source, (*where, "config"), owner, problems)
     config = typed.to_json() if typed is not None else None
     problems.extend(checks.dataset_refs(cls, config, parts.data_names, source, (*where, "config")))
@@ -71,6 +83,10 @@ def _links(index: int, spec: StepSpec, parts: Parts, source: WorkflowSource) -> 
 
 def resolve_steps(parts: Parts, input_model: InputModel | None, source: WorkflowSource, problems: list[Problem]) -> dict[str, Step]:
     task = parts.input.task if parts.input is not None else None
+    inferred = task is None and input_model is not None and input_model.inferred_task is not None
+    if inferred:
+        assert input_model is not None
+        task = input_model.attrs.get("task")
     steps: dict[str, Step] = {}
     parents: dict[str, str] = {}  # step id -> the step it comes after
     repeats, found = checks.repeated_ids(parts.raw_steps, source)
@@ -81,7 +97,7 @@ def resolve_steps(parts: Parts, input_model: InputModel | None, source: Workflow
         problems.extend(_links(index, spec, parts, source))
         if spec.after is not None and spec.after in parts.step_ids:
             parents[spec.id] = spec.after
-        step = _step(index, spec, parts, task, source, problems)
+        step = _step(index, spec, parts, (task, inferred), source, problems)
         if step is not None:
             steps[step.id] = step
     index_of = {item["id"]: i for i, item in enumerate(parts.raw_steps) if isinstance(item, dict) and isinstance(item.get("id"), str)}
