@@ -137,3 +137,20 @@ class EnvironmentSpec(StrictConfig):
 
     def not_built(self) -> str:
         return f"environment {self.key()[:12]} not built yet (built by engine run)"
+
+
+def _resource_amounts(value: dict[str, float]) -> dict[str, float]:
+    for name, amount in value.items():
+        if not name or amount <= 0:
+            raise ValueError(f"each resource needs a name and an amount above 0 (got {name!r}: {amount!r})")
+    return value
+
+
+class PlacementSpec(StrictConfig):
+    """Where a target's jobs may run: only on a node that has every one of ``resources``
+    (engine.execute.nodes). A target no node can hold is unavailable, with that reason."""
+
+    resources: Annotated[dict[str, float], AfterValidator(_resource_amounts)] = Field(
+        min_length=1,
+        description="Resources a node must have, e.g. {gpu_h100: 1}, {GPU: 1} or Ray's {'accelerator_type:H100': 1}; a Ray node's custom resources are given by `ray start --resources`, this machine's by $KILN_NODE_RESOURCES (a JSON object).",
+    )

@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from engine.execute.nodes import Node, host_node
 from engine.execute.pool import WorkerPool, preload_modules
 from engine.execute.prestart import MAX_DEFAULT_WORKERS, adopt_prestarted, local_workers, pooling_enabled, worker_env
 from engine.execute.protocol import Outcome
@@ -175,6 +177,8 @@ class LocalExecutor:
         self.pooled = pooling_enabled() if pool is None else pool
         self._pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
+        self._where = threading.local()  # the node the calling thread's job ran on (``execute`` sets it)
+        self.host = {"id": socket.gethostname(), "label": socket.gethostname(), "host": socket.gethostname()}
 
     def pool(self) -> WorkerPool:
         with self._pool_lock:
@@ -227,7 +231,18 @@ class LocalExecutor:
             record = self.store.lookup(job.key) if waited else None
             if record is not None:
                 return Outcome(ok=True, record=record, shared=True)
-            return self._run(job, timeout_s, alone)
+            self._where.node = None
+            began = time.time()
+            outcome = self._run(job, timeout_s, alone)
+            outcome.node = self._where.node or {**self.host, "began": round(began, 3), "ended": round(time.time(), 3)}
+            return outcome
+
+    def nodes(self) -> list[Node]:
+        """The nodes jobs may run on (engine.execute.nodes): this machine."""
+        return [host_node()]
+
+    #: how people call the nodes of ``nodes()``, in reasons a target is unavailable
+    where = "this machine"
 
     def _run(self, job: WorkOrder, timeout_s: float | None, alone: bool = False) -> Outcome:
         staging = self.store.staging(job.kind)
@@ -244,6 +259,9 @@ class LocalExecutor:
         if code == TIMED_OUT:
             shutil.rmtree(staging, ignore_errors=True)
             return Outcome(ok=False, error=f"timed out after {timeout_s:g} s (raise the step's timeout_s if it needs longer)", log=log_path)
+        if isinstance(code, str):  # the executor could not run it (no node has what it asks for)
+            shutil.rmtree(staging, ignore_errors=True)
+            return Outcome(ok=False, error=code, log=log_path)
         try:
             outcome = json.loads((staging / "result.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):

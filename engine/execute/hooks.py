@@ -53,6 +53,9 @@ class Hooks:
     def job_failed(self, job: PassSpec, error: str | None) -> None:
         """A pass job failed."""
 
+    def job_placed(self, job: PassSpec, node: dict[str, Any]) -> None:
+        """Where the job ran (``Outcome.node``: the node's id, label, host, began, ended), before its end."""
+
     def eval_started(self, candidate: str, evaluation: str) -> None:
         """An evaluation of a candidate is handed to a worker."""
 
@@ -64,6 +67,9 @@ class Hooks:
 
     def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:
         """An evaluation failed."""
+
+    def eval_placed(self, candidate: str, evaluation: str, node: dict[str, Any]) -> None:
+        """Where the evaluation ran, before its end."""
 
     def candidate_done(self, result: CandidateResult, measured: bool) -> None:
         """A candidate is complete, failed or pruned (``measured``: it reached its evaluations)."""
@@ -187,6 +193,9 @@ class EventLog(Hooks):
     def job_failed(self, job: PassSpec, error: str | None) -> None:
         self.write("job_end", job=job.label, status="failed", error=error)
 
+    def job_placed(self, job: PassSpec, node: dict[str, Any]) -> None:
+        self.write("job_node", job=job.label, node=node)
+
     def eval_started(self, candidate: str, evaluation: str) -> None:
         self.write("eval_start", candidate=candidate, evaluation=evaluation)
 
@@ -195,6 +204,9 @@ class EventLog(Hooks):
 
     def eval_failed(self, candidate: str, evaluation: str, error: str | None) -> None:
         self.write("eval_end", candidate=candidate, evaluation=evaluation, ok=False, error=error)
+
+    def eval_placed(self, candidate: str, evaluation: str, node: dict[str, Any]) -> None:
+        self.write("eval_node", candidate=candidate, evaluation=evaluation, node=node)
 
     def candidate_done(self, result: CandidateResult, measured: bool) -> None:
         metrics = {"metrics": result.metrics} if measured else {}

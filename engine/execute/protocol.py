@@ -29,6 +29,9 @@ class Outcome:
     error: str | None = None
     log: Path | None = None
     shared: bool = False  # another run built it while this one waited: nothing ran here
+    #: where it ran: the node's ``id``, ``label`` and ``host``, and ``began``/``ended`` (epoch
+    #: seconds, as the node's clock says); None where the executor does not say
+    node: dict[str, Any] | None = None
 
 
 @runtime_checkable
@@ -49,8 +52,9 @@ class Executor(Protocol):
     def timing_holds_machine(self) -> bool:
         """Whether a timing job (a latency measurement) shares hardware with the other jobs this
         executor runs, so that the engine must run it with no other job beside it (unless the user
-        asks for overlap, ``--overlap-timing``). True for this machine and for a cluster whose
-        nodes run several jobs at once; False only where every job has hardware of its own."""
+        asks for overlap, ``--overlap-timing``). True for this machine; False where every job
+        has hardware of its own, or where the executor itself gives a timing job a node alone
+        (``alone``) and runs other jobs on the other nodes meanwhile (Ray)."""
         ...
 
     def default_workers(self) -> int | None:
@@ -89,8 +93,10 @@ class Executor(Protocol):
         means the run cannot go on (it was interrupted: ``KeyboardInterrupt`` after ``stop``; the
         cluster is gone) and ends the run.
 
-        ``alone``: a timing job, which the gate runs with no other job beside it; the executor
-        keeps its own background work (idle workers importing) from running beside it."""
+        ``alone``: a timing job (unless the user let timing overlap). Where ``timing_holds_machine``
+        is True the gate already runs it with no other job beside it, and the executor keeps its
+        own background work (idle workers importing) from running beside it; where it is False,
+        the executor gives it hardware of its own (a cluster: a node with nothing else on it)."""
         ...
 
     def stop(self) -> None:

@@ -26,6 +26,7 @@ from engine.execute.evaluation import candidate_evaluations, evaluate
 from engine.execute.executor import LocalExecutor
 from engine.execute.gate import Gate
 from engine.execute.hooks import Fanout, Hooks, Tally
+from engine.execute.nodes import place_targets
 from engine.execute.protocol import Executor
 from engine.plan.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_python, target_ref
 from engine.plan.planner import Candidate, Plan
@@ -43,6 +44,7 @@ class Fetched:
     status: str
     record: dict[str, Any]
     error: str | None = None
+    node: dict[str, Any] | None = None  # where it ran (``Outcome.node``)
 
 
 class Runner:
@@ -61,9 +63,13 @@ class Runner:
         self.stats = Stats()
         self.hooks = Fanout(Tally(self.stats), hooks or Hooks())
         self.executor: Executor = executor if executor is not None else LocalExecutor(self.store)
+        nodes = getattr(self.executor, "nodes", None)  # a target whose placement no node has is unavailable
+        if callable(nodes) and any(getattr(e.instance.config, "placement", None) for e in resolved.targets.values()):
+            place_targets(resolved, nodes(), getattr(self.executor, "where", "the executor's nodes"))
         self.plan = plan or Plan(resolved)
         # timing jobs run alone unless the user lets them overlap or the executor gives each job its own hardware
         self.gate = Gate(workers, exclusive_timing and self.executor.timing_holds_machine)
+        self.exclusive_timing = exclusive_timing  # an executor that holds a node per timing job is told so (``alone``)
         self.input = input_artifact(resolved, self.store)
         self.datasets = Datasets(resolved, self.store, self.input)
         self.evaluations = candidate_evaluations(resolved)
@@ -123,10 +129,11 @@ class Runner:
             return Fetched("hit", record)
         with self.gate.exclusive() if exclusive else self.gate.shared():
             started()
-            outcome = self.executor.run(order(), timeout_s=timeout_s, alone=exclusive and self.gate.exclusive_timing)
+            outcome = self.executor.run(order(), timeout_s=timeout_s, alone=exclusive and self.exclusive_timing)
+        node = getattr(outcome, "node", None)
         if not outcome.ok:
-            return Fetched("failed", {}, outcome.error)
-        return Fetched("shared" if outcome.shared else "ran", outcome.record or {})
+            return Fetched("failed", {}, outcome.error, node)
+        return Fetched("shared" if outcome.shared else "ran", outcome.record or {}, node=node)
 
     # -- passes -------------------------------------------------------------------------------
     def ensure_job(self, job_id: str, candidate: str | None = None) -> JobState:
@@ -167,6 +174,9 @@ class Runner:
         fetched = self._fetch(
             state.key, lambda: self._pass_order(spec, key, parent), spec.timeout_s, False, lambda: self.hooks.job_started(spec)
         )
+        state.node = fetched.node
+        if fetched.node is not None:
+            self.hooks.job_placed(spec, fetched.node)
         if fetched.status == "failed":
             state.status, state.error = JobStatus.FAILED, fetched.error
             self.hooks.job_failed(spec, fetched.error)
@@ -313,6 +323,9 @@ class Runner:
             )
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))
+        if fetched.node is not None:
+            result.eval_nodes[spec.id] = fetched.node
+            self.hooks.eval_placed(candidate, spec.id, fetched.node)
         if fetched.status == "failed":
             self.hooks.eval_failed(candidate, spec.id, fetched.error)
             return None, fetched.error

@@ -152,6 +152,7 @@ class Plan:
                 options = entry.variant(settings).config.to_json()
                 options.pop("id", None)
                 options.pop("resources", None)
+                options.pop("placement", None)
                 base = {**base, "options": options}
             self._fingerprints[known] = base
         return self._fingerprints[known]

@@ -65,6 +65,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
                 "error": state.error,
                 "details": (state.record or {}).get("details"),
                 "notes": (state.record or {}).get("notes", []),
+                **({"node": state.node} if state.node else {}),  # where it ran (not on a store hit)
             }
         )
     return {
@@ -87,9 +88,14 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
         "intervals": intervals_json(result),
         "confidence": report.resolved.spec.select.confidence,
         "measured_under_load": under_load(result),
-        "evaluations": {eid: {"key": key, "details": result.details.get(eid)} for eid, key in result.eval_keys.items()},
+        "evaluations": {eid: _evaluation(result, eid, key) for eid, key in result.eval_keys.items()},
         "steps": steps,
     }
+
+
+def _evaluation(result: CandidateResult, eid: str, key: str) -> dict[str, Any]:
+    node = result.eval_nodes.get(eid)  # where it ran (not on a store hit)
+    return {"key": key, "details": result.details.get(eid), **({"node": node} if node else {})}
 
 
 def lock_document(report: RunReport) -> dict[str, Any]:

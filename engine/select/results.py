@@ -43,6 +43,7 @@ class JobState:
     record: dict[str, Any] | None = None
     error: str | None = None
     candidate: str | None = None  # the candidate that first needed (and so ran) this job
+    node: dict[str, Any] | None = None  # where it ran: the node's id, label, host, began, ended
 
 
 @dataclass
@@ -55,6 +56,7 @@ class CandidateResult:
     metrics: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     eval_keys: dict[str, str] = field(default_factory=dict)
+    eval_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # where each evaluation ran
     feasible: bool | None = None
     violations: list[str] = field(default_factory=list)
     chosen: bool = False

@@ -204,7 +204,7 @@ def _dimensions(
 
 
 #: target options that are never searched: what names the target and where it runs
-UNSEARCHED_TARGET_OPTIONS = ("id", "runtime", "device", "environment", "resources")
+UNSEARCHED_TARGET_OPTIONS = ("id", "runtime", "device", "environment", "resources", "placement")
 
 
 def option_names(model: Any, prefix: str = "", depth: int = 2) -> list[str]:
