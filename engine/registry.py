@@ -39,6 +39,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "mixed_precision": "passes.quantize.mixed_precision:MixedPrecision",
         "inc_quantize": "passes.quantize.inc_quantize:IncQuantize",
         "inc_quantize_accuracy": "passes.quantize.inc_quantize_accuracy:IncQuantizeAccuracy",
+        "quark_quantize": "passes.quantize.quark_quantize:QuarkQuantize",
         "fp16": "passes.precision.fp16:Fp16",
         "openvino_convert": "passes.openvino.convert:OpenVinoConvert",
         "nncf_quantize": "passes.openvino.nncf_quantize:NncfQuantize",

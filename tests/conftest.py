@@ -49,6 +49,26 @@ def inc_env(envs_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
+def quark_env(envs_dir: Path) -> Any:
+    """The isolated environment quark_quantize declares (amd-quark 0.13 with onnx 1.22, torch from
+    the main environment), with Kiln importable: built once per session (or found in
+    ``$KILN_ENVS_DIR``). Tests that need it skip where it cannot be built (no index to install
+    from, no C++ compiler for Quark's custom-op library)."""
+    import shutil
+
+    from engine.core.errors import KilnError
+    from engine.execute.environments import ensure
+    from passes.quantize._quark import QUARK_ENVIRONMENT
+
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("Quark compiles its custom-op library with a C++ compiler; none here")
+    try:
+        return ensure(QUARK_ENVIRONMENT, envs_dir)
+    except KilnError as error:
+        pytest.skip(f"Quark's environment cannot be built here: {error}")
+
+
+@pytest.fixture(scope="session")
 def tiny_genai(tmp_path_factory: pytest.TempPathFactory) -> TinyGenai:
     """Tiny llama decoders exported by the GenAI model builder (fp32, int4, fp32 without a shared
     past/present buffer), built once per test session (the target and evaluator tests share them)."""

@@ -7,7 +7,7 @@ its config, so the key names the output only if the pass writes the same bytes e
 The second run differs from the first in what must not matter: the input is a copy in another
 folder, the work and output folders are others, and it runs with fewer threads (torch at one
 thread, and one CPU for the threads, thread pools and processes started meanwhile). Passes of
-their own environments (ort_compile with the OpenVINO EP, inc_*) run both times in one process
+their own environments (ort_compile with the OpenVINO EP, inc_*, quark_quantize) run both times in one process
 of that environment: state a library keeps between runs in one process must not leak either.
 
 What these runs found varying, each fixed in its pass (the pass's docstring says how): the byte
@@ -519,4 +519,24 @@ def test_inc_passes(inc_env: Any, tmp_path: Path) -> None:
     result["inc_quantize_accuracy"] = [run(IncQuantizeAccuracy, tuned, f"tuned-{n}", datasets=datasets, measure=measure) for n in (1, 2)]
     """
     for name, (first, second) in in_environment(Path(inc_env.python), tmp_path, body, mlp(tmp_path / "mlp")).items():
+        assert_same_bytes(first, second, name)
+
+
+@pytest.mark.slow
+def test_quark_quantize(quark_env: Any, tmp_path: Path) -> None:
+    body = """
+    import numpy as np
+    from engine.core.data import Dataset
+    from passes.quantize.quark_quantize import QuarkQuantize
+    data = Dataset(inputs={"x": np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)})
+    datasets = {"calibration": lambda *_: data}
+    configs = {
+        "a8w8": {"calibration": "calibration"},
+        "u8-minmax-cle": {"calibration": "calibration", "activation": {"data_type": "UInt8", "symmetric": False, "calibration_method": "MinMax"},
+                          "algorithms": [{"name": "cle"}]},
+    }
+    for name, config in configs.items():
+        result[f"quark_quantize ({name})"] = [run(QuarkQuantize, config, f"{name}-{n}", datasets=datasets) for n in (1, 2)]
+    """
+    for name, (first, second) in in_environment(Path(quark_env.python), tmp_path, body, mlp(tmp_path / "mlp")).items():
         assert_same_bytes(first, second, name)

@@ -12,6 +12,7 @@ EXAMPLES = {
     "passes:ort_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean", "min": 0.99},
     "passes:inc_quantize": {"mode": "static", "calibration": "calib"},
     "passes:inc_quantize_accuracy": {"calibration": "calib", "validation": "fidelity", "metric": "cosine_mean"},
+    "passes:quark_quantize": {"calibration": "calib"},
     "passes:gptq": {"calibration": "calib"},
     "passes:graph_surgery": {"surgeries": [{"surgeon": "GemmToMatMulAdd"}]},
     "passes:split_model": {"num_splits": 2},
@@ -24,7 +25,7 @@ EXAMPLES = {
 #: built-in passes (and these with other options, on a BERT export) run twice on inputs of their own
 #: in tests/contracts/test_pass_determinism.py: the exports, ort_fusion, graph_surgery, ort_serialize,
 #: ort_quantize_accuracy, the OpenVINO / NNCF passes, the decoder and PyTorch quantization passes, and
-#: ort_compile and the inc_* passes in their own environments.
+#: ort_compile, the inc_* passes and quark_quantize in their own environments.
 DETERMINISTIC = {
     "fp16": None,
     "int4_weights": None,
