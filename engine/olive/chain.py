@@ -21,6 +21,7 @@ from engine.olive.metrics import translate_metric
 from engine.olive.missing import missing_pass_reason
 from engine.olive.options import METADATA_ONLY, NO_INC_WEIGHT_ONLY
 from engine.olive.passes import PEEPHOLE, pass_spec
+from engine.olive.quark_passes import torch_path
 from engine.olive.spec import PassSpec
 from engine.olive.steps import fusion_fp16, step_options
 from engine.olive.systems import session_settings
@@ -54,7 +55,7 @@ def translate_steps(passes: dict[str, Any], input_format: str, ctx: Any) -> tupl
             continue
         whole = {**configs[0], **(configs[0].get("config") or {})}
         spec = _peephole(_spec(kind, ctx), whole)
-        refused = _refused(kind, spec, whole)
+        refused = _refused(kind, spec, whole) or torch_path(spec, kind, formats[steps[-1]["id"]] if steps else input_format)
         if spec is None or spec.kiln is None or refused:
             ctx.skip(where, refused or (spec.reason if spec else missing_pass_reason(kind)))
             continue

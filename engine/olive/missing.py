@@ -22,10 +22,12 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "mergeadapterweights",
     ),
     # vendor toolchains: each names the SDK Olive's pass imports, and why Kiln does not run it here
-    "needs AMD Quark (the amd-quark package: quark.onnx for an ONNX model, quark.torch for a Hugging Face one), which Kiln "
-    "does not wrap; for ONNX INT8 / INT16 QDQ without Quark, ort_quantize or qnn_quantize": ("quarkquantization",),
-    "needs AMD Quark's ONNX quantizer with Vitis AI's NPU settings (amd-quark's quark.onnx and the Ryzen AI software's "
-    "configurations), which Kiln does not wrap": ("quarkquantizationvitisai",),
+    "quantizes a Hugging Face / PyTorch model with AMD Quark's torch path (quark.torch: the LLM weight schemes, "
+    "uint4 AWQ and the like, for the Ryzen AI model generator after it), which Kiln does not wrap; Kiln's "
+    "quark_quantize runs Quark's ONNX path, for an ONNX model": ("quarkquantization",),
+    "quantizes a Hugging Face / PyTorch model with AMD Quark's torch path and Vitis AI's LLM settings (quark.torch, "
+    "for the Ryzen AI model generator after it), which Kiln does not wrap; Kiln's quark_quantize runs Quark's ONNX "
+    "path, for an ONNX model": ("quarkquantizationvitisai",),
     "needs the Ryzen AI software's model_generate (AMD's NPU model generator for LLMs, shipped with the Ryzen AI SDK for "
     "Windows on Ryzen AI processors, not on PyPI)": ("vitisgeneratemodelllm", "ryzengeneratemodelllm"),
     "needs the Ryzen AI software's model_generate (its Stable Diffusion generator, shipped with the Ryzen AI SDK for "

@@ -29,6 +29,7 @@ from engine.olive.options import (
     lower,
     upper,
 )
+from engine.olive.quark_passes import QUARK_PASSES
 from engine.olive.spec import PassSpec
 
 PASSES: dict[str, PassSpec] = {
@@ -288,6 +289,7 @@ PEEPHOLE = PassSpec(
 #: Olive matches pass types case-insensitively (olive.package_config): so does the translation
 PASSES.update(DECODER_PASSES)
 PASSES.update(OPENVINO_EP_PASSES)
+PASSES.update(QUARK_PASSES)
 PASSES_BY_TYPE: dict[str, PassSpec] = {name.lower(): spec for name, spec in PASSES.items()}
 #: the Olive name of each pass type, by its lower-cased spelling
 PASS_NAMES: dict[str, str] = {name.lower(): name for name in PASSES}

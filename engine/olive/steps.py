@@ -7,6 +7,7 @@ from typing import Any
 from engine.olive.openvino_passes import openvino_option
 from engine.olive.options import EXTERNAL_DATA, NEVER_RUN, builder_precision, genai_algo
 from engine.olive.passes import SEARCHABLE, VITIS_DTYPES, VITIS_METADATA, PassSpec
+from engine.olive.quark_passes import quark_option
 
 
 def _same(value: Any) -> Any:
@@ -48,7 +49,7 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
         for key in spec.static_only if not mode_searched else ():
             config.pop(key, None)
     needs_data = (
-        spec.kiln in ("nncf_quantize", "gptq")
+        spec.kiln in ("nncf_quantize", "gptq", "quark_quantize")
         or config.get("mode") == "static"
         or (spec.kiln == "selective_mixed_precision" and config.get("algorithm") == "kld_gradient")
     )
@@ -104,6 +105,8 @@ def _option(
 def _special(spec: PassSpec, key: str, value: Any, at: str, config: dict[str, Any], ctx: Any) -> bool:  # long: one branch per option
     """Options whose value decides how they carry over (not one Kiln option each); True when handled here."""
     if openvino_option(spec.kiln, key, value, at, config, ctx):
+        pass
+    elif quark_option(spec.kiln, key, value, at, config, ctx):
         pass
     elif key == "compress_config" and isinstance(value, dict) and spec.kiln == "nncf_compress_weights":
         config.update({k: (v.name if hasattr(v, "name") else v) for k, v in value.items()})

@@ -49,7 +49,6 @@ def test_vitis_ai_metadata_and_qnn_preprocessing(tmp_path: Path) -> None:
 
 def test_each_vendor_toolchain_names_the_sdk_it_needs(tmp_path: Path) -> None:
     kinds = [
-        "QuarkQuantization",
         "VitisGenerateModelLLM",
         "RyzenGenerateModelLLM",
         "QairtPreparation",
@@ -58,5 +57,5 @@ def test_each_vendor_toolchain_names_the_sdk_it_needs(tmp_path: Path) -> None:
     ]
     listed = dict(run(tmp_path, {kind.lower(): {"type": kind} for kind in kinds}).unmapped)
     assert all("needs " in listed[f"passes.{kind.lower()}"] for kind in kinds), listed
-    assert "amd-quark" in listed["passes.quarkquantization"] and "Ryzen AI" in listed["passes.ryzengeneratemodelllm"]
+    assert "Ryzen AI" in listed["passes.ryzengeneratemodelllm"]
     assert "QAIRT" in listed["passes.qairtpreparation"] and "ModelOpt" in listed["passes.nvmodeloptquantization"]
