@@ -17,6 +17,7 @@ from typing import Any
 from engine import __version__
 from engine.cli import exits
 from engine.cli.exits import EXIT_BAD_INPUT, EXIT_BUG, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
+from engine.cli.fleet import run_command
 from engine.core.errors import InputError, KilnError, Problem
 from engine.optimize import options as optimize_options
 from engine.text import display
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     running.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
     running.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
     run = sub.add_parser("run", parents=[running], help="validate, plan, run and select; write the best model(s) and records")
-    run.add_argument("workflow", type=Path)
+    run.add_argument("workflow", type=Path, nargs="+", help="a workflow; several, or a folder of them, run as one fleet")
     run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
     optimize_options.add_arguments(sub.add_parser("optimize", parents=[running], help="write a model's workflow for a device, then run it"))
 
@@ -122,7 +123,7 @@ def _store_damaged(error: KilnError) -> bool:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        return _cmd_run(args)
+        return run_command(args, _cmd_run, _recorded)
     if args.command == "optimize":  # the workflow written and checked, then run as `engine run` runs it
         args.workflow = optimize_options.prepare(args)
         return _cmd_run(args) if args.workflow else EXIT_OK
