@@ -86,7 +86,9 @@ class OrtSeq2SeqSession(Seq2SeqSession):
         super().__init__(inputs=inputs, outputs=outputs, details=details)
         self._encoder, self._decoder, self.layout = encoder, decoder, layout
         self._wanted = {arg.name for arg in decoder.get_inputs()}
-        self.details["decode_loop"] = "seq2seq (host arrays)"
+        self.details["decode_loop"] = "seq2seq"
+        self.details["kv_cache"] = "self-attention past fed back as host arrays, cross-attention keys / values from the encoder"
+        self.details["io_binding"] = "off"
 
     def _live(self) -> tuple[Any, Any]:
         if self._encoder is None or self._decoder is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from targets.onnxruntime.eps import CPU
@@ -30,10 +31,22 @@ def ort_snippet(settings: dict[str, Any], model_path: str) -> str:
     lines += [
         f"providers = {providers!r}",
         f"provider_options = {provider_options!r}",
-        f"session = ort.InferenceSession({model_path!r}, options, providers=providers, provider_options=provider_options)",
     ]
     bind = settings.get("io_binding") or {}
     loop = settings.get("decode_loop")
+    if loop and loop.get("loop") == "seq2seq":  # model_path is the folder's seq2seq.json, which names the parts
+        folder = str(Path(model_path).parent)
+        lines += [
+            f"{part} = ort.InferenceSession({str(Path(folder) / f'{part}.onnx')!r}, options, providers=providers, provider_options=provider_options)"
+            for part in ("encoder", "decoder")
+        ]
+        lines += [
+            "",
+            "# an encoder-decoder (seq2seq.json names each part's inputs and outputs), measured with a greedy loop: the encoder",
+            f"# once, then the decoder per token ({loop.get('kv_cache')}); the loop is targets/onnxruntime/seq2seq.py",
+        ]
+        return "\n".join(lines) + "\n"
+    lines.append(f"session = ort.InferenceSession({model_path!r}, options, providers=providers, provider_options=provider_options)")
     if loop:
         lines += [
             "",
