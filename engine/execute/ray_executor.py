@@ -29,6 +29,7 @@ from typing import Any
 from engine.core.errors import MissingDependency
 from engine.execute.executor import LocalExecutor, run_on_node
 from engine.execute.nodes import Node, NodeGate, NoNode, target_resources
+from engine.execute.shared_store import check_shared_store
 from engine.plan.jobs import WorkOrder
 from engine.store.store import Store
 
@@ -72,6 +73,7 @@ class RayExecutor(LocalExecutor):
             if wanted:
                 self.resources[target_id] = wanted
         self.gate = NodeGate(self.nodes())
+        check_shared_store(store.root, {node.host for node in self.gate.nodes.values()})
 
     def nodes(self) -> list[Node]:
         """The cluster's live nodes, as Ray lists them."""
