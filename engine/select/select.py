@@ -223,6 +223,12 @@ def path_bytes(path: Path) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
 
+def _size(result: CandidateResult) -> str:
+    """A model's size in MB, with its bytes where two models could round to the same MB."""
+    size = model_bytes(result)
+    return f"{size / 1e6:.2f} MB ({size:,} bytes)"
+
+
 def _rules(resolved: ResolvedWorkflow) -> list[Rule]:
     rules: list[Rule] = []
     for entry in resolved.spec.select.tie_break:
@@ -238,7 +244,7 @@ def _rules(resolved: ResolvedWorkflow) -> list[Rule]:
                     )
                 )
         elif entry == "size":
-            rules.append(("smaller model", lambda r: -model_bytes(r), lambda r: f"{model_bytes(r) / 1e6:.2f} MB"))
+            rules.append(("smaller model", lambda r: -model_bytes(r), _size))
         elif entry == "passes":
             rules.append(("fewer passes", lambda r: -len(r.candidate.jobs), lambda r: f"{len(r.candidate.jobs)} passes"))
         elif isinstance(entry, TieBreak):
