@@ -1,4 +1,4 @@
-"""seq2seq_export on tiny random-weight Whisper, T5 and BART (2 layers, d_model 64, 128 tokens, no
+"""seq2seq_export on tiny random-weight Whisper, T5, BART and Marian (2 layers, d_model 64, 128 tokens, no
 tokenizer files): the encoder and the decoder with past, run by Kiln's greedy loop on onnxruntime,
 generate PyTorch's greedy tokens; ort_quantize makes INT8 parts that load and generate. Each export
 takes about half a minute (torch.export, twice): those tests are slow."""
@@ -28,7 +28,7 @@ def run_pass(cls: Any, model: ModelArtifact, root: Path, config: dict[str, Any] 
         return cls(cls.Config(**(config or {})))(model, ctx)
 
 
-@pytest.fixture(scope="module", params=["whisper", "t5", "bart"])
+@pytest.fixture(scope="module", params=["whisper", "t5", "bart", "marian"])
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, PassResult]:
     from passes.generate.seq2seq_export import Seq2SeqExport
 
