@@ -43,6 +43,28 @@ def _target(job: WorkOrder, ref: TargetRef | None = None) -> Any:
     return target
 
 
+def onnx_signature(model: ModelArtifact) -> list[Any] | None:
+    """The inputs an ONNX model's graph declares (names, dtypes, shapes), read from the file
+    without a runtime: what synthetic data is shaped after for a pass that runs on no target
+    (static calibration). None for another format."""
+    if model.format != "onnx":
+        return None
+    import onnx  # only a pass given synthetic data pays for it
+
+    from engine.core.target import TensorSpec
+
+    graph = onnx.load(str(model.model_file), load_external_data=False).graph
+    weights = {init.name for init in graph.initializer}
+    specs = []
+    for value in graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+        specs.append(TensorSpec(value.name, onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name, tuple(dims)))
+    return specs
+
+
 def _dataset_loaders(job: WorkOrder, input_model: ModelArtifact | None, signature_of: Any) -> dict[str, Any]:
     from engine.core.data import Dataset  # numpy: only workers that touch data pay for it
 
@@ -97,7 +119,10 @@ def run_pass(job: WorkOrder, store: Store) -> dict[str, Any]:
 
     def signature() -> Any:
         if target is None:
-            raise KilnError("synthetic data needs a model signature; give the step a target or use a file dataset")
+            declared = onnx_signature(model)
+            if declared is None:
+                raise KilnError("synthetic data needs a model signature; give the step a target or use a file dataset")
+            return declared
         return target.open_session(model).inputs
 
     datasets = _dataset_loaders(job, input_model, signature)

@@ -70,7 +70,9 @@ def test_optimizing_a_tiny_convnext_for_the_cpu_chooses_a_model_that_keeps_the_l
     done = subprocess.run([*engine_cmd(), "optimize", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     output = tmp_path / "out" / "tiny-convnext-cpu-int8"
-    (chosen,) = [c for c in json.loads((output / "candidates.json").read_text())["candidates"] if c["chosen"]]
+    candidates = json.loads((output / "candidates.json").read_text())["candidates"]
+    assert len(candidates) == 4 and all(c["state"] == "complete" for c in candidates), candidates  # static QDQ calibrated too
+    (chosen,) = [c for c in candidates if c["chosen"]]
     assert chosen["metrics"]["fidelity.cosine_mean"] >= 0.95
     files = sorted(output.rglob("model.onnx"))
     assert files, sorted(p.name for p in output.iterdir())
