@@ -72,7 +72,8 @@ class InputSpec(_Strict):
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory function.")
     task: str | None = Field(
-        default=None, description="What the model does (feature-extraction, text-classification, image-classification)."
+        default=None,
+        description="What the model does (feature-extraction, text-classification, image-classification; text2text-generation and automatic-speech-recognition for seq2seq_export).",
     )
 
     @model_validator(mode="after")
