@@ -36,6 +36,16 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "RegNetForImageClassification",
         {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1], "groups_width": 8},
     ),
+    "dinov2": (
+        "Dinov2Config",
+        "Dinov2ForImageClassification",
+        {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "mlp_ratio": 2, "image_size": SIDE, "patch_size": 8},
+    ),
+    "beit": (
+        "BeitConfig",
+        "BeitForImageClassification",
+        {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64, "image_size": SIDE, "patch_size": 8},
+    ),
 }
 #: detection and segmentation heads: name -> (config class, model class, task, config options)
 TASK_MODELS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
