@@ -104,6 +104,16 @@ def export(
     return model, sorted({str(w.message).splitlines()[0] for w in caught if str(w.message)})
 
 
+def failure(source: ExportSource, exporter: str, error: BaseException) -> str:
+    """What to say when torch's exporter fails: the model's class and task, the exporter's first
+    line, and the other exporter to try."""
+    inner = getattr(source.module, "model", source.module)
+    what = type(inner).__name__ + (f" ({source.attrs['task']})" if source.attrs.get("task") else "")
+    first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)[:400]
+    other = "dynamo" if exporter == "torchscript" else "torchscript"
+    return f"torch's {exporter} exporter cannot export {what}: {first}; try exporter: {other}, or export the model yourself and give the .onnx file"
+
+
 def _parameter_bytes(module: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
@@ -103,14 +103,7 @@ class TorchExport(OnnxPass):
                 ) from error
             out_axes = exporters.output_axes(source, cases[0].outputs, cases[1].outputs)
 
-        scratch = Path(ctx.workdir) / "export"
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir(parents=True)
-        proto, warnings_seen = exporters.export(source, config.exporter, config.opset, out_axes, scratch)
-        shutil.rmtree(scratch)
-        exporters.make_reproducible(proto)
-        if out_axes is not None and "image_shape" in source.attrs:  # a fixed image size fixes every output axis but the batch
-            exporters.fix_output_dims(proto, source.output_names, cases[0].outputs, out_axes)
+        proto, warnings_seen = self._export(source, out_axes, cases[0].outputs, Path(ctx.workdir) / "export")
         path = save_onnx(proto, Path(ctx.output_dir))
         for warning in warnings_seen:
             ctx.logger.debug("%s: exporter warning: %s", ctx.step_id, warning)
@@ -143,6 +136,25 @@ class TorchExport(OnnxPass):
             notes.append("parity with torch not checked (check_parity: false)")
         attrs = {**source.attrs, "inputs": inputs, "outputs": outputs}
         return PassResult(model=ModelArtifact.from_folder("onnx", Path(ctx.output_dir), attrs=attrs), details=details, notes=notes)
+
+    def _export(
+        self, source: ExportSource, out_axes: dict[str, dict[int, str]] | None, outputs: list[Any], scratch: Path
+    ) -> tuple[Any, list[str]]:
+        """The exported graph, reproducible (a vision model's output axes other than the batch fixed
+        to the example's sizes), and the exporter's warnings; a failure names the model and the other exporter."""
+        from passes.export import exporters
+
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        try:
+            proto, warnings_seen = exporters.export(source, self.config.exporter, self.config.opset, out_axes, scratch)
+        except (RuntimeError, TypeError, NotImplementedError) as error:  # torch's exporters raise these (and subclasses)
+            raise ValueError(exporters.failure(source, self.config.exporter, error)) from error
+        shutil.rmtree(scratch)
+        exporters.make_reproducible(proto)
+        if out_axes is not None and "image_shape" in source.attrs:  # a fixed image size fixes every output axis but the batch
+            exporters.fix_output_dims(proto, source.output_names, outputs, out_axes)
+        return proto, warnings_seen
 
     def _check_opset(self, torchscript_max: int) -> None:
         _, max_opset = ort_limits()

@@ -115,3 +115,16 @@ def test_detection_and_segmentation_exports_match_torch(name: str, tmp_path: Pat
         np.testing.assert_allclose(
             run_onnx(Path(result.model.path) / "model.onnx", pixels, field), torch_outputs(folder, auto, pixels, field), atol=1e-4
         )
+
+
+def test_an_exporter_failure_names_the_model_class_and_the_other_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from passes.export import exporters
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Unsupported: an operator the exporter lacks\nmore lines")
+
+    monkeypatch.setattr(exporters.torch.onnx, "export", fails)
+    folder = tiny_vision(tmp_path / "resnet", "resnet")
+    with pytest.raises(PassError, match=r"cannot export ResNetForImageClassification \(image-classification\): Unsupported") as error:
+        export(folder, tmp_path / "export", task="image-classification")
+    assert "try exporter: dynamo" in str(error.value) and "more lines" not in str(error.value)
