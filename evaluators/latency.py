@@ -24,6 +24,11 @@ warm-up runs capture), else a plain run with host arrays. Each run is bracketed 
 The reference runs on ``reference_target``: the target as written, while the candidate runs with
 its searched session settings, so the speedup includes what those settings gain.
 
+A decoder (a ``GenerativeSession``: a ``genai`` folder) is timed as one forward pass of
+``sequence_length`` synthetic tokens (or a dataset row) from an empty cache: a prefill, not
+generation (``details.decoder_timing`` says so). Time to first token and decode tokens per second
+are the ``generation`` evaluator's; its cache inputs are not fed (see ``feeds_for``).
+
 The usual figures (mean, percentiles, throughput of the candidate) are still reported, from all
 of the candidate's timed runs. The reference itself is timed the same way, alone (speedup 1).
 
@@ -47,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, model_validator
 
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
+from engine.core.target import GenerativeSession
 from evaluators._rounds import Arm, Rounds
 from evaluators._sessions import ComparedTimingConfig, dataset_batch, feeds_for, open_reference, open_session
 
@@ -189,6 +195,8 @@ class Latency(Evaluator):
             starts_ms.append((time.perf_counter_ns() - started) / 1e6)
         startup = Startup(starts_ms[0], starts_ms[1:], cold)
         result = self._result(rounds, first, startup, ctx, batch is not None)
+        if isinstance(first.session, GenerativeSession):
+            result.details["decoder_timing"] = "prefill: one forward pass from an empty cache; the generation evaluator times decoding"
         if reference_binding is not None:
             result.details["reference_io_binding"] = reference_binding
             result.details["reference_target"] = ctx.reference_on.id

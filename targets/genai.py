@@ -185,7 +185,9 @@ class GenaiTarget(Target):
             else self.config.past_present_share_buffer,
             "config_overlay": overlay,
         }
-        return GenaiSession(og, loaded, details)
+        decoder = json.loads((model.path / "genai_config.json").read_text()).get("model", {}).get("decoder", {})
+        window = int((decoder.get("sliding_window") or {}).get("window_size") or 0)
+        return GenaiSession(og, loaded, details, window)
 
     def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
         details = session_details
@@ -259,10 +261,12 @@ def _device_problem(device: str) -> str | None:
 class GenaiSession(GenerativeSession):
     """An ``og.Model`` opened for greedy generation (see the module docstring)."""
 
-    def __init__(self, og: Any, model: Any, details: dict[str, Any]) -> None:
+    def __init__(self, og: Any, model: Any, details: dict[str, Any], window: int = 0) -> None:
         super().__init__(inputs=[], outputs=[], details=details)
         self._og = og
         self._model = model
+        #: a sliding-window model's window: GenAI's cache holds max_length tokens, which must be at least it
+        self._window = window
 
     def _live(self) -> Any:
         if self._model is None:
@@ -272,7 +276,7 @@ class GenaiSession(GenerativeSession):
     def _generator(self, length: int) -> Any:
         og = self._og
         params = og.GeneratorParams(self._live())
-        params.set_search_options(max_length=length, do_sample=False)
+        params.set_search_options(max_length=max(length, self._window), do_sample=False)
         return og.Generator(self._model, params)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:

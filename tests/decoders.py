@@ -81,3 +81,56 @@ def greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
             torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
         )
     return [int(t) for t in out[0, len(prompt) :]]
+
+
+#: configurations users bring without tokenizer files: (family, transformers config class, extra fields)
+BARE = {
+    "llama": ("LlamaConfig", {}),
+    # max_position_embeddings differs from original_max_position_embeddings (4096 by default)
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),
+    "phi3_longrope": (
+        "Phi3Config",
+        {
+            "pad_token_id": 0,
+            "original_max_position_embeddings": 64,
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+        },
+    ),
+    "gemma2": ("Gemma2Config", {"head_dim": 16, "sliding_window": 32}),
+    "gemma3": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 32}),
+}
+
+
+def bare_decoder(folder: Path, name: str, seed: int = 0) -> Path:
+    """A tiny random decoder saved with ``save_pretrained`` and no tokenizer files (config.json,
+    generation_config.json, model.safetensors), as a user builds one from a bare config."""
+    import torch
+    import transformers
+
+    cls, extra = BARE[name]
+    config = getattr(transformers, cls)(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=0,
+        tie_word_embeddings=False,
+        **extra,
+    )
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(Path(folder))
+    return Path(folder)
+
+
+def torch_logits(folder: Path, ids: list[int]) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()

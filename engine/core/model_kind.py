@@ -109,3 +109,37 @@ def kind_refusal(pass_name: str, kinds: tuple[str, ...], config: dict[str, Any] 
     else:
         fix = f"use pass {right}"
     return f"{file} describes {describe(config)}, and {pass_name} takes only {' or '.join(kinds)} models", fix
+
+
+#: files that hold a tokenizer's vocabulary (fast, SentencePiece, BPE, WordPiece, tiktoken)
+TOKENIZER_VOCABULARY = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tiktoken.model",
+)
+#: files that configure a tokenizer without holding its vocabulary
+TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def orphan_tokenizer_settings(folder: str | Path) -> str | None:
+    """The first tokenizer settings file of a Hugging Face folder that holds no vocabulary file,
+    else None. From such settings transformers makes up a tokenizer with an empty vocabulary for
+    some model types (Gemma), which would pass for the model's."""
+    folder = Path(folder)
+    if any((folder / name).is_file() for name in TOKENIZER_VOCABULARY):
+        return None
+    return next((name for name in TOKENIZER_SETTINGS if (folder / name).is_file()), None)
+
+
+TOKENIZER_WHY = "tokenizer settings without a vocabulary: transformers would make up an empty tokenizer, not the model's"
+
+
+def tokenizer_fix(settings: str) -> str:
+    return (
+        f"add the model's tokenizer files (one of {', '.join(TOKENIZER_VOCABULARY)}), "
+        f"or remove {settings} for a model without a tokenizer (its token ids are then synthetic)"
+    )

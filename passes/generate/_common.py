@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core import ModelArtifact, PassContext, PassResult
+from engine.core.model_kind import TOKENIZER_VOCABULARY, TOKENIZER_WHY, orphan_tokenizer_settings, tokenizer_fix
 from passes.common.onnx_io import MODEL_FILE, OnnxPass
 from passes.common.pass_io import GENAI_CONFIG, ort_target_of
 
@@ -34,6 +35,21 @@ KEY_OPS = (
     "Gather",
 )
 _PACKED_4BIT = (21, 22)  # onnx.TensorProto.UINT4 / INT4
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """Whether the Hugging Face folder holds a tokenizer (a vocabulary file). A folder without
+    one has none: token ids are then synthetic. Settings without a vocabulary are refused: from
+    them transformers makes up a tokenizer with an empty vocabulary for some model types (Gemma),
+    which would pass for the model's."""
+    settings = orphan_tokenizer_settings(folder)
+    if settings is not None:
+        raise ValueError(tokenizer_refusal(folder, settings))
+    return any((Path(folder) / name).is_file() for name in TOKENIZER_VOCABULARY)
+
+
+def tokenizer_refusal(folder: Path, settings: str) -> str:
+    return f"{Path(folder) / settings}: {TOKENIZER_WHY}; {tokenizer_fix(settings)}"
 
 
 def hf_input(model: ModelArtifact, ctx: PassContext, pass_name: str) -> tuple[Path, list[str]]:

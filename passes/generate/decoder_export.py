@@ -35,7 +35,7 @@ from engine.core.model_kind import kind_refusal, read_config
 from passes.common.onnx_io import EXTERNAL_DATA_FILE, MODEL_FILE, clamp_ir_version, ort_limits
 from passes.common.pass_io import GENAI_CONFIG, require
 from passes.common.whole_model import check_whole
-from passes.generate._common import GenaiPass, decoder_facts, hf_input
+from passes.generate._common import GenaiPass, decoder_facts, has_tokenizer, hf_input
 
 #: text whose tokens are the parity check's prompt
 PARITY_TEXT = "Kiln exports this decoder with its cache."
@@ -104,7 +104,7 @@ class DecoderExport(GenaiPass):
             lm = transformers.AutoModelForCausalLM.from_pretrained(
                 str(source), attn_implementation="eager", dtype=torch.float32, local_files_only=True, trust_remote_code=remote_code
             ).eval()
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(source), local_files_only=True, trust_remote_code=remote_code)
+            tokenizer = _tokenizer(transformers, source, remote_code, notes)
             shape = _decoder.shape_of(lm.config)
             wrapper = _decoder.DecoderWithCache(lm, shape.layers).eval()
             scratch = workdir / "export"
@@ -114,7 +114,8 @@ class DecoderExport(GenaiPass):
             _save(onnx, scratch / MODEL_FILE, out / MODEL_FILE)
             _check_whole(onnx, out / MODEL_FILE, shape)
             shutil.rmtree(scratch)
-            tokenizer.save_pretrained(str(out))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(out))
         (out / GENAI_CONFIG).write_text(json.dumps(genai_config(lm, shape), indent=4) + "\n")
         seconds = round(time.perf_counter() - started, 3)
 
@@ -139,8 +140,17 @@ class DecoderExport(GenaiPass):
             "seconds": seconds,
         }
         ctx.logger.debug("decoder_export %s: %s, parity %s", ctx.step_id, shape.model_type, parity and parity["max_abs_diff"])
-        attrs = {"tokenizer": str(out), "inputs": facts["inputs"], "outputs": facts["outputs"]}
+        attrs = {"inputs": facts["inputs"], "outputs": facts["outputs"], **({"tokenizer": str(out)} if tokenizer is not None else {})}
         return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=attrs), details=details, notes=notes)
+
+
+def _tokenizer(transformers: Any, source: Path, remote_code: bool, notes: list[str]) -> Any:
+    """The folder's tokenizer, read only where it has one; None (the parity prompt's ids are then
+    synthetic) where it has no tokenizer files."""
+    if has_tokenizer(source):
+        return transformers.AutoTokenizer.from_pretrained(str(source), local_files_only=True, trust_remote_code=remote_code)
+    notes.append("the input has no tokenizer files: none written; the parity prompt's token ids are synthetic")
+    return None
 
 
 def _refuse_other_kinds(name: str, kinds: tuple[str, ...], source: Path) -> None:
@@ -213,7 +223,7 @@ def genai_config(lm: Any, shape: Any) -> dict[str, Any]:
 
 
 def _parity_prompt(tokenizer: Any, vocab: int) -> list[int]:
-    ids = [int(i) for i in tokenizer(PARITY_TEXT)["input_ids"]][:PARITY_TOKENS]
+    ids = [int(i) for i in tokenizer(PARITY_TEXT)["input_ids"]][:PARITY_TOKENS] if tokenizer is not None else []
     if len(ids) < 2 or max(ids) >= vocab:
         ids = [(7 * i + 3) % vocab for i in range(PARITY_TOKENS)]
     return ids

@@ -10,7 +10,9 @@ factory whose function returns ``(PreTrainedModel, tokenizer)``; both are saved 
 ``save_pretrained`` into the step's workdir first (see ``passes.generate._common``).
 
 The builder prints and draws progress bars: it runs as a subprocess
-(``python -m onnxruntime_genai.models.builder``) whose output goes to ``builder.log`` in the
+(``onnxruntime_genai.models.builder`` through ``_builder_run.py``, which hands it the config as it
+reads it: Phi-3 without longrope, Gemma 3's per-layer-type RoPE; and, for a folder without
+tokenizer files, no tokenizer instead of a failure or a made-up one) whose output goes to ``builder.log`` in the
 step's workdir, with its cache folder there too. It reads the local folder only (Hugging Face
 offline mode, no token). It runs with ``GIT_DIR`` pointing at no repository: the builder stamps
 the model's ``producer_version`` with the commit ``git rev-parse HEAD`` gives in the folder five
@@ -42,7 +44,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
-from passes.generate._common import GenaiPass, decoder_facts, execution_provider_of, hf_input
+from passes.generate._common import GenaiPass, decoder_facts, execution_provider_of, has_tokenizer, hf_input
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 Provider = Literal["cpu", "cuda", "dml"]
@@ -139,10 +141,13 @@ class GenaiBuild(GenaiPass):
         out = Path(ctx.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         extra = self._extra_options()
+        tokenizer = has_tokenizer(source)
+        if not tokenizer:
+            notes.append("the input has no tokenizer files: none written; genai_config.json's token ids are the model config's")
         command = [
             sys.executable,
-            "-m",
-            "onnxruntime_genai.models.builder",
+            str(Path(__file__).with_name("_builder_run.py")),
+            *([] if tokenizer else ["--no-tokenizer", str(source)]),
             "-i",
             str(source),
             "-o",
@@ -176,7 +181,7 @@ class GenaiBuild(GenaiPass):
             **facts,
             "seconds": seconds,
         }
-        attrs = {"tokenizer": str(out), "inputs": facts["inputs"], "outputs": facts["outputs"]}
+        attrs = {"inputs": facts["inputs"], "outputs": facts["outputs"], **({"tokenizer": str(out)} if tokenizer else {})}
         return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=attrs), details=details, notes=notes)
 
     def _extra_options(self) -> list[str]:

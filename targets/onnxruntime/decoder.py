@@ -99,7 +99,9 @@ class DecoderSession(GenerativeSession):
     def _empty_cache(self) -> np.ndarray:
         import numpy as np
 
-        return np.zeros((1, self.layout.kv_heads, 0, self.layout.head_size), dtype=self.layout.cache_dtype)
+        # a shared buffer of the window's length for a sliding-window model (its mask says none is valid)
+        length = self.layout.capacity(0)
+        return np.zeros((1, self.layout.kv_heads, length, self.layout.head_size), dtype=self.layout.cache_dtype)
 
     def _run(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
         from targets.onnxruntime.session import runtime_errors, runtime_message
@@ -328,7 +330,7 @@ class _SharedLoop:
         import onnxruntime
 
         layout, device, device_id = session.layout, session.device, session.device_id
-        shape = (1, layout.kv_heads, length, layout.head_size)
+        shape = (1, layout.kv_heads, layout.capacity(length), layout.head_size)
         on_host = device == "cpu"
         cache = {
             name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)

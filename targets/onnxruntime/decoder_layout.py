@@ -35,6 +35,13 @@ class DecoderLayout:
     cache_dtype: str
     ids_dtype: str
     mask_dtype: str
+    #: the sliding window of local-attention layers (``model.decoder.sliding_window.window_size``;
+    #: 0: none). GroupQueryAttention refuses a shared past buffer shorter than it.
+    window: int = 0
+
+    def capacity(self, length: int) -> int:
+        """The length of a shared past/present buffer for ``length`` tokens: at least the window."""
+        return max(length, min(self.window, self.context_length)) if self.share_buffer else length
 
     @classmethod
     def read(cls, folder: Path, inputs: list[TensorSpec]) -> DecoderLayout:
@@ -48,6 +55,7 @@ class DecoderLayout:
             kv_heads = int(decoder.get("num_key_value_heads", decoder.get("num_attention_heads")))
             head_size = int(decoder["head_size"])
             context_length = int(model.get("context_length") or config.get("search", {}).get("max_length"))
+            window = int((decoder.get("sliding_window") or {}).get("window_size") or 0)
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise KilnError(f"cannot read the decoder's layout from {path}: {type(error).__name__}: {error}") from error
         share = bool(config.get("search", {}).get("past_present_share_buffer", False))
@@ -82,6 +90,7 @@ class DecoderLayout:
             cache_dtype=given[past_keys[0]].dtype,
             ids_dtype=given[input_ids].dtype,
             mask_dtype=given[mask].dtype if mask else "int64",
+            window=window,
         )
 
     @property

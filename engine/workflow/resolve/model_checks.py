@@ -11,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import Problem
-from engine.core.model_kind import ENCODER_DECODER, describe, generation_task, kind_of, kind_refusal, read_config
+from engine.core.model_kind import (
+    ENCODER_DECODER,
+    TOKENIZER_VOCABULARY,
+    TOKENIZER_WHY,
+    describe,
+    generation_task,
+    kind_of,
+    kind_refusal,
+    orphan_tokenizer_settings,
+    read_config,
+    tokenizer_fix,
+)
 from engine.workflow.resolve.model import InputModel, Step
 from engine.workflow.source import WorkflowSource
 
@@ -37,6 +48,7 @@ def model_kind_problems(
     if config is None or path is None or kind_of(config) is None:
         return []
     problems = _task_problem(config, path, input_model, source)
+    tokenizer_told = False  # once, however many steps take the input
     for index, raw in enumerate(raw_steps):
         step = steps.get(raw.get("id")) if isinstance(raw, dict) else None
         if step is None or step.after is not None:  # a later step takes a step's output, not the input
@@ -54,7 +66,27 @@ def model_kind_problems(
                 )
             )
         problems.extend(_step_task_problem(index, raw, step, config, path, source))
+        if not tokenizer_told:
+            told = _tokenizer_problem(step, path, source)
+            problems.extend(told)
+            tokenizer_told = bool(told)
     return problems
+
+
+def _tokenizer_problem(step: Step, path: Path, source: WorkflowSource) -> list[Problem]:
+    """A decoder pass given a folder with tokenizer settings but no vocabulary (a made-up tokenizer)."""
+    settings = orphan_tokenizer_settings(path.parent) if "decoder" in getattr(step.pass_cls, "model_kinds", ()) else None
+    if settings is None:
+        return []
+    return [
+        source.problem(
+            ("input", "path"),
+            f"{path.parent / settings}: {TOKENIZER_WHY}",
+            expected=f"a tokenizer vocabulary beside {settings} ({', '.join(TOKENIZER_VOCABULARY)}), or no tokenizer files",
+            given=settings,
+            hint=tokenizer_fix(settings),
+        )
+    ]
 
 
 def _task_problem(config: dict[str, Any], path: Path, input_model: InputModel | None, source: WorkflowSource) -> list[Problem]:
