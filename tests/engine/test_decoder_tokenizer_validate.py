@@ -60,3 +60,15 @@ def test_engine_validate_exits_2(bare: Path, tmp_path: Path) -> None:
     done = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "input.path" in done.stderr and "special_tokens_map.json" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_text_tokenized_with_the_input_s_tokenizer_needs_one(bare: Path, tmp_path: Path) -> None:
+    path = _workflow(bare, tmp_path, {}, "genai_build")
+    (tmp_path / "lines.txt").write_text("one line\nanother line\n")
+    text = path.read_text().replace("    samples: 4\n    sequence_length: 8\n", "")
+    path.write_text(text.replace("source: synthetic", f"source: text_lines\n    path: {tmp_path / 'lines.txt'}\n    tokenizer: input", 1))
+    with pytest.raises(InputError) as caught:
+        load_workflow(path)
+    [problem] = [problem for problem in caught.value.problems if problem.where == "data.rows.tokenizer"]
+    assert problem.given == "input"
+    assert "has no tokenizer files" in problem.message and "tokenizer.json" in problem.message

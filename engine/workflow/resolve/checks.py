@@ -8,6 +8,7 @@ metric ``select`` ranks by. Steps must also chain: each pass takes what its pred
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from engine import registry
@@ -325,14 +326,23 @@ def session_name_free(steps: dict[str, Step], targets: dict[str, Any], source: W
 
 def input_tokenizers(datasets: dict[str, Any], input_model: InputModel | None, source: WorkflowSource) -> list[Problem]:
     """A text source with ``tokenizer: input`` reads the tokenizer saved with the workflow's input:
-    only a Hugging Face folder has one, so on an ONNX or torch input it would fail at run time."""
-    if input_model is None or input_model.format == "hf" or input_model.attrs.get("tokenizer"):
+    only a Hugging Face folder has one (and not every folder: a model saved from a bare config has
+    no tokenizer files), so on an ONNX or torch input, or such a folder, it would fail at run time."""
+    if input_model is None or input_model.attrs.get("tokenizer"):
         return []
+    if input_model.format == "hf":
+        from engine.core.model_kind import TOKENIZER_VOCABULARY
+
+        folder = Path(input_model.path) if input_model.path is not None else None
+        if folder is None or not folder.is_dir() or any((folder / file).is_file() for file in TOKENIZER_VOCABULARY):
+            return []
+        has_none = f"the Hugging Face folder {folder} has no tokenizer files (none of {', '.join(TOKENIZER_VOCABULARY)})"
+    else:
+        has_none = f"{'an' if input_model.format == 'onnx' else 'a'} {input_model.format} input has none"
     return [
         source.problem(
             ("data", name, "tokenizer"),
-            f"`tokenizer: input` reads the tokenizer of the input model, and {'an' if input_model.format == 'onnx' else 'a'} "
-            f"{input_model.format} input has none",
+            f"`tokenizer: input` reads the tokenizer of the input model, and {has_none}",
             expected="a folder holding a Hugging Face tokenizer (tokenizer.json, vocab.txt, ...)",
             given="input",
             hint="set `tokenizer:` to the folder of the tokenizer the model was made with (tokenizer.save_pretrained writes one)",
