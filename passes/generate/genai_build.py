@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from engine.core import Categorical, ModelArtifact, PassConfig, PassContext, PassResult
+from engine.core.model_kind import read_config
 from passes.generate._common import GenaiPass, decoder_facts, execution_provider_of, has_tokenizer, hf_input
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
@@ -127,6 +128,25 @@ class GenaiBuild(GenaiPass):
             return config
         return {**config, "execution_provider": execution_provider_of(target_fingerprint)}
 
+    @classmethod
+    def config_refusal(cls, config: dict[str, Any]) -> tuple[str, str, str, str] | None:
+        """What the builder cannot build, read from config.json at validate time: a Phi-3 with
+        longrope whose max_position_embeddings equals original_max_position_embeddings (the builder
+        takes it for a short model, whose class fails: "The longrope RoPE style is not currently
+        supported")."""
+        rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        kind = rope.get("rope_type") or rope.get("type") if isinstance(rope, dict) else None
+        longest, original = config.get("max_position_embeddings"), config.get("original_max_position_embeddings", 4096)
+        if config.get("model_type") != "phi3" or kind != "longrope" or longest != original:
+            return None
+        return (
+            "max_position_embeddings",
+            f"longrope with max_position_embeddings equal to original_max_position_embeddings ({longest}): ONNX Runtime GenAI's "
+            "model builder then picks its short Phi-3 class, which fails ('The longrope RoPE style is not currently supported')",
+            "max_position_embeddings above original_max_position_embeddings for longrope, or no longrope",
+            "use decoder_export for this model, or give config.json the context the long factors are for",
+        )
+
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         cfg = self.config
         provider = cfg.execution_provider or "cpu"
@@ -140,6 +160,9 @@ class GenaiBuild(GenaiPass):
         source, notes = hf_input(model, ctx, self.name)
         out = Path(ctx.output_dir)
         out.mkdir(parents=True, exist_ok=True)
+        refusal = self.config_refusal(read_config(source) or {})
+        if refusal is not None:
+            raise ValueError(f"{source / 'config.json'}: {refusal[0]}: {refusal[1]}; {refusal[3]}")
         extra = self._extra_options()
         tokenizer = has_tokenizer(source)
         if not tokenizer:

@@ -5,6 +5,7 @@ path, what was expected and given, the fix); a folder without any tokenizer file
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,3 +73,23 @@ def test_text_tokenized_with_the_input_s_tokenizer_needs_one(bare: Path, tmp_pat
     [problem] = [problem for problem in caught.value.problems if problem.where == "data.rows.tokenizer"]
     assert problem.given == "input"
     assert "has no tokenizer files" in problem.message and "tokenizer.json" in problem.message
+
+
+def test_a_longrope_phi3_the_builder_cannot_build_is_refused(tmp_path: Path) -> None:
+    from decoders import bare_decoder
+
+    folder = bare_decoder(tmp_path / "phi3", "phi3_longrope")
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = config["rope_parameters"]["original_max_position_embeddings"] = 64
+    config["original_max_position_embeddings"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    workflow = tiny_workflow(folder)
+    workflow["input"] = {"format": "hf", "path": str(folder)}
+    workflow["steps"] = [{"id": "lm", "pass": "genai_build"}, {"id": "ts", "pass": "decoder_export"}]
+    workflow["evaluate"] = [{"id": "size", "evaluator": "size"}]
+    workflow["select"] = {"objective": {"metric": "size.file_bytes", "goal": "min"}}
+    path = write_workflow(tmp_path, workflow)
+    done = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "steps[0].pass" in done.stderr and "longrope RoPE style is not currently supported" in done.stderr
+    assert "steps[1]" not in done.stderr  # decoder_export takes it

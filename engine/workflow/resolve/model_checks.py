@@ -66,11 +66,27 @@ def model_kind_problems(
                 )
             )
         problems.extend(_step_task_problem(index, raw, step, config, path, source))
+        problems.extend(_config_problem(index, step, config, path, source))
         if not tokenizer_told:
             told = _tokenizer_problem(step, path, source)
             problems.extend(told)
             tokenizer_told = bool(told)
     return problems
+
+
+def _config_problem(index: int, step: Step, config: dict[str, Any], path: Path, source: WorkflowSource) -> list[Problem]:
+    """What a pass says it cannot build from this config.json (``Pass.config_refusal``:
+    (key path in config.json, why, expected, fix), or None)."""
+    refuse = getattr(step.pass_cls, "config_refusal", None)
+    refusal = refuse(config) if callable(refuse) else None
+    if refusal is None:
+        return []
+    key, why, expected, fix = refusal
+    return [
+        source.problem(
+            ("steps", index, "pass"), f"{path}: {key}: {why}", expected=expected, given=f"{step.pass_name} on this config", hint=fix
+        )
+    ]
 
 
 def _tokenizer_problem(step: Step, path: Path, source: WorkflowSource) -> list[Problem]:
