@@ -144,7 +144,7 @@ class GenaiBuild(GenaiPass):
             f"longrope with max_position_embeddings equal to original_max_position_embeddings ({longest}): ONNX Runtime GenAI's "
             "model builder then picks its short Phi-3 class, which fails ('The longrope RoPE style is not currently supported')",
             "max_position_embeddings above original_max_position_embeddings for longrope, or no longrope",
-            "use decoder_export for this model, or give config.json the context the long factors are for",
+            "give config.json the context the long factors are for (max_position_embeddings above original_max_position_embeddings)",
         )
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:

@@ -79,7 +79,8 @@ def test_genai_build_of_a_folder_without_tokenizer(tmp_path: Path, name: str) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama", "phi3", "gemma2"])
+# phi3_longrope: the TorchScript exporter fails on transformers' longrope update (aten::copy)
+@pytest.mark.parametrize("name", sorted(set(BARE) - {"phi3_longrope"}))
 def test_decoder_export_of_a_folder_without_tokenizer(tmp_path: Path, name: str) -> None:
     hf = bare_decoder(tmp_path / "hf", name)
     result = _run(DecoderExport, {}, hf, tmp_path / "export")
