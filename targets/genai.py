@@ -187,6 +187,8 @@ class GenaiTarget(Target):
         }
         decoder = json.loads((model.path / "genai_config.json").read_text()).get("model", {}).get("decoder", {})
         window = int((decoder.get("sliding_window") or {}).get("window_size") or 0)
+        if window:
+            details["sliding_window"] = window
         return GenaiSession(og, loaded, details, window)
 
     def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +199,12 @@ class GenaiTarget(Target):
             "device": details.get("device", self.config.device),
             "provider_options": dict(details.get("provider_options") or {}),
             "config_overlay": dict(details.get("config_overlay") or {}),
-            "search": {"do_sample": False, "past_present_share_buffer": details.get("past_present_share_buffer")},
+            "search": {
+                "do_sample": False,
+                "past_present_share_buffer": details.get("past_present_share_buffer"),
+                # the cache (max_length) must hold a sliding-window model's window
+                **({"min_max_length": details["sliding_window"]} if details.get("sliding_window") else {}),
+            },
         }
 
     def snippet(self, settings: dict[str, Any], model_path: str) -> str:
@@ -219,7 +226,10 @@ class GenaiTarget(Target):
             "",
             "def generate(prompt_ids, max_new_tokens):",
             "    params = og.GeneratorParams(model)",
-            "    params.set_search_options(max_length=len(prompt_ids) + max_new_tokens, do_sample=False)",
+            "    params.set_search_options(max_length=len(prompt_ids) + max_new_tokens, do_sample=False)"
+            if not settings.get("search", {}).get("min_max_length")
+            else f"    params.set_search_options(max_length=max(len(prompt_ids) + max_new_tokens, {settings['search']['min_max_length']}), "
+            "do_sample=False)  # at least the sliding window",
             "    generator = og.Generator(model, params)",
             "    generator.append_tokens(np.asarray(prompt_ids, dtype=np.int32))",
             "    tokens = []",

@@ -137,3 +137,21 @@ def test_a_decoder_is_timed_on_its_ids_alone() -> None:
     assert {name: array.shape for name, array in feeds.items()} == {"input_ids": (1, 16), "attention_mask": (1, 16)}
     feeds = feeds_for(Decoder(inputs=[], outputs=[], details={}), FeedConfig(sequence_length=8), None)  # onnxruntime-genai
     assert sorted(feeds) == ["attention_mask", "input_ids"]
+
+
+@pytest.mark.slow
+def test_the_genai_snippet_of_a_sliding_window_model_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    hf = bare_decoder(tmp_path / "hf", "gemma2")
+    model = _run(GenaiBuild, {}, hf, tmp_path / "build").model
+    target = TARGETS["genai"]()
+    session = target.open_session(model)
+    settings = target.inference_settings(session.details)
+    session.close()
+    assert settings["search"]["min_max_length"] == 32
+    program = target.snippet(settings, str(model.path)) + f"\nprint(generate({PROMPT}, 5))\n"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == str(greedy(hf, PROMPT, 5))
