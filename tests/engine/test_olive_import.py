@@ -28,6 +28,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "bert" / "config.json").write_text('{"model_type": "bert"}')
     header = b'{"__metadata__":{"format":"pt"}}'
     (root / "bert" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)  # no tensors: never loaded here
+    (root / "bert" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")  # text data is tokenized with the input's tokenizer
     (root / "user_script.py").write_text(
         "def load_model(model_path=None):\n    pass\n\ndef eval_accuracy(model, device, eps):\n    return 1\n\n"
         "def my_loader(model=None):\n    return {}\n\n"
