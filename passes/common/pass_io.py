@@ -58,12 +58,28 @@ def onnx_output(model: ModelArtifact, ctx: PassContext, details: dict[str, Any],
 GENAI_CONFIG = "genai_config.json"
 
 
+def copy_folder_rest(source: Path, out: Path, skip: set[str]) -> list[str]:
+    """Copy every entry of ``source`` into ``out`` but those named in ``skip`` and those ``out``
+    already holds (what a pass wrote); returns the names copied, sorted."""
+    import shutil
+
+    copied = []
+    for item in sorted(source.iterdir()):
+        if item.name in skip or (out / item.name).exists():
+            continue
+        if item.is_dir():
+            shutil.copytree(item, out / item.name)
+        else:
+            shutil.copy2(item, out / item.name)
+        copied.append(item.name)
+    return copied
+
+
 def copy_genai_sidecars(model: ModelArtifact, out: Path) -> list[str]:
     """Copy what a ``genai`` folder holds besides its model (genai_config.json, the tokenizer's
     files...) into ``out``, where a pass wrote a new model.onnx: every file of the input folder
     except model.onnx, its external-data files and the files the pass wrote. genai_config.json's
     decoder ``filename`` is set to the new model's name. Returns the names copied."""
-    import shutil
 
     import onnx
 
@@ -75,15 +91,7 @@ def copy_genai_sidecars(model: ModelArtifact, out: Path) -> list[str]:
         for entry in tensor.external_data:
             if entry.key == "location":
                 external.add(Path(entry.value).name)
-    copied = []
-    for item in sorted(source.iterdir()):
-        if item.name in external or (out / item.name).exists():
-            continue
-        if item.is_dir():
-            shutil.copytree(item, out / item.name)
-        else:
-            shutil.copy2(item, out / item.name)
-        copied.append(item.name)
+    copied = copy_folder_rest(source, out, external)
     config_file = out / GENAI_CONFIG
     if config_file.is_file():
         config = json.loads(config_file.read_text())

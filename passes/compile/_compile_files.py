@@ -15,11 +15,11 @@ of the nodes the provider did not take itself.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from engine.core import KilnError, ModelArtifact
+from passes.common.pass_io import copy_folder_rest
 
 GENAI_CONFIG = "genai_config.json"
 SPLIT_MANIFEST = "split.json"
@@ -82,16 +82,7 @@ def copy_the_rest(model: ModelArtifact, compiled: list[str], out: Path) -> list[
     skip = set(compiled)
     for name in compiled:
         skip |= external_files(folder / name)
-    copied = []
-    for item in sorted(folder.iterdir()):
-        if item.name in skip or (out / item.name).exists():
-            continue
-        if item.is_dir():
-            shutil.copytree(item, out / item.name)
-        else:
-            shutil.copy2(item, out / item.name)
-        copied.append(item.name)
-    return copied
+    return copy_folder_rest(folder, out, skip)
 
 
 def summary(names: list[str], answers: dict[str, dict[str, Any]]) -> dict[str, Any]:
