@@ -198,24 +198,10 @@ def feeds_for(session: Session, cfg: FeedConfig, batch: dict[str, np.ndarray] | 
     """The session's feeds: from ``batch`` when there is one, else synthetic from its inputs."""
     from engine.core.data import synthetic_feeds  # brings numpy in
 
-    specs = session.inputs
-    if isinstance(session, GenerativeSession):
-        # a decoder's run is one forward pass of input_ids (and attention_mask) from an empty
-        # cache: its cache inputs are never fed, so none is made (their head and past axes are
-        # the decoder's, not the sequence length)
-        specs = [spec for spec in specs if spec.name in _DECODER_RUN_INPUTS] or _decoder_run_specs()
+    # a decoder's run is one forward pass of input_ids (and attention_mask) from an empty cache:
+    # its cache inputs are never fed, so none is made
+    specs = session.token_inputs if isinstance(session, GenerativeSession) else session.inputs
     if batch is None:
         return synthetic_feeds(specs, cfg.batch_size, cfg.sequence_length, seed=cfg.seed, dims=cfg.dims, int_high=cfg.int_high)
     assert cfg.data is not None
     return select_feeds(specs, batch, cfg.data)
-
-
-#: what ``GenerativeSession.run`` reads
-_DECODER_RUN_INPUTS = ("input_ids", "attention_mask")
-
-
-def _decoder_run_specs() -> list[TensorSpec]:
-    """input_ids and attention_mask for a decoder session that lists no inputs (onnxruntime-genai)."""
-    from engine.core.target import TensorSpec
-
-    return [TensorSpec(name, "int64", ("batch_size", "sequence_length")) for name in _DECODER_RUN_INPUTS]

@@ -96,6 +96,7 @@ BARE = {
             "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
         },
     ),
+    "qwen2": ("Qwen2Config", {}),
     "gemma2": ("Gemma2Config", {"head_dim": 16, "sliding_window": 32}),
     "gemma3": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 32}),
 }

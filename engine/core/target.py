@@ -137,6 +137,10 @@ class Generation:
         return len(self.decode_s) / spent if spent > 0 else 0.0
 
 
+#: the inputs of a decoder a caller feeds (``GenerativeSession.token_inputs``)
+TOKEN_INPUTS = ("input_ids", "attention_mask")
+
+
 class GenerativeSession(Session):
     """A decoder with a key/value cache, opened for generation (the ``genai`` format).
 
@@ -155,6 +159,14 @@ class GenerativeSession(Session):
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """The next-token logits after each prefix of ``ids``: float32 ``[len(ids), vocab]``,
         from one forward pass over the sequence (an empty cache)."""
+
+    @property
+    def token_inputs(self) -> list[TensorSpec]:
+        """What a caller feeds (``run``, a dataset made from the model's signature): ``input_ids`` and
+        ``attention_mask``, never the cache inputs (the session's own; their head and past axes are
+        not the sequence's), also where the session lists no inputs (onnxruntime-genai)."""
+        named = [spec for spec in self.inputs if spec.name in TOKEN_INPUTS]
+        return named or [TensorSpec(name, "int64", ("batch_size", "sequence_length")) for name in TOKEN_INPUTS]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """``feeds["input_ids"]`` ``[batch, length]`` (with ``attention_mask``: 1 marks the tokens

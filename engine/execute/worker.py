@@ -170,7 +170,10 @@ def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
     os.chdir(workdir)
 
     def signature() -> Any:
-        return target.open_session(reference or model).inputs
+        from engine.core.target import GenerativeSession
+
+        session = target.open_session(reference or model)
+        return session.token_inputs if isinstance(session, GenerativeSession) else session.inputs
 
     ctx = EvalContext(
         target=target,

@@ -75,7 +75,18 @@ def _refusal(facts: ModelFacts, provider: str, precision: str, device: str) -> P
             given=f"--device {device} --provider {provider}",
             hint="--device cpu",
         )
-    if facts.kind == "decoder" and precision == "fp16" and device == "cpu":
+    if facts.kind == "seq2seq" and provider != "cpu":
+        return Problem(
+            "--provider",
+            "encoder-decoder models are optimized for ONNX Runtime's CPU provider (dynamic INT8 of the encoder and the decoder)",
+            expected="--device cpu",
+            given=f"--device {device} --provider {provider}",
+            hint="--device cpu",
+        )
+    if facts.kind == "seq2seq" and precision not in ("int8", "fp32"):
+        expected, hint = "int8 or fp32", "--precision int8"
+        message = "an encoder-decoder model is offered at int8 (dynamic, both parts) and fp32"
+    elif facts.kind == "decoder" and precision == "fp16" and device == "cpu":
         expected, hint = "int4, int8 or fp32 on cpu", "--precision int4, or --device gpu for fp16"
         message = "FP16 decoders run on GPUs only (ONNX Runtime's CPU kernels fail on the model builder's FP16 model)"
     elif provider == "tensorrt" and precision in ("int8", "int4"):
@@ -101,7 +112,7 @@ def choose(args: argparse.Namespace, facts: ModelFacts) -> Choice:
     refused = _refusal(facts, provider, precision, device)
     if refused:
         raise InputError([replace(refused, file=COMMAND)])
-    max_drop = args.max_drop if args.max_drop is not None else 0.05 if facts.kind == "decoder" else 0.01
+    max_drop = args.max_drop if args.max_drop is not None else 0.05 if facts.kind in ("decoder", "seq2seq") else 0.01
     if not 0 < max_drop < 1:
         raise _bad("--max-drop", "must be above 0 and below 1", str(args.max_drop), hint="--max-drop 0.01 (cosine at least 0.99)")
     if args.max_candidates is not None and args.max_candidates < 1:
@@ -141,9 +152,23 @@ def render(facts: ModelFacts, choice: Choice, body: dict[str, Any], pipeline: Pi
 
 def _rule(facts: ModelFacts, choice: Choice) -> str:
     if facts.kind == "decoder":
+        held = "held-out" if facts.tokenizer else "synthetic-id (no tokenizer found)"
         return (
-            f"the most decode tokens per second (timed against FP32 in interleaved rounds) whose held-out NLL per token\n"
+            f"the most decode tokens per second (timed against FP32 in interleaved rounds) whose {held} NLL per token\n"
             f"#   rises at most {choice.max_drop:g} over FP32's (about {choice.max_drop:.0%} perplexity), judged on its 95% interval."
+        )
+    if facts.kind == "seq2seq":
+        sources = (
+            "held-out lines shipped with Kiln"
+            if facts.tokenizer
+            else "synthetic log-mel features"
+            if facts.task == "automatic-speech-recognition"
+            else "synthetic token ids: no tokenizer found"
+        )
+        return (
+            "the most tokens per second end to end (encoder and greedy decoding, timed against FP32 in interleaved rounds)\n"
+            f"#   whose first decoder step picks FP32's top token on at least {1 - choice.max_drop:.0%} of the sources "
+            f"({sources}), judged on its 95% interval."
         )
     data = (
         "160 held-out lines shipped with Kiln (32 others calibrate)"

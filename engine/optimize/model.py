@@ -1,7 +1,7 @@
 """What `engine optimize` was given: a local model (a Hugging Face folder, an ONNX file) or a Hub
-id, and what kind of model it is (a text encoder, a decoder, a vision model, another ONNX model),
-read from its config.json (the task from its architectures, engine.workflow.tasks) or from the
-ONNX graph's inputs."""
+id, and what kind of model it is (a text encoder, a decoder, an encoder-decoder, a vision model,
+another ONNX model), read from its config.json (the task from its architectures,
+engine.workflow.tasks) or from the ONNX graph's inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 from engine.core.errors import InputError, Problem
 from engine.workflow import files as userfiles
 from engine.workflow import hub
-from engine.workflow.tasks import task_of_config
+from engine.workflow.tasks import SPEECH_TYPES, task_of_config
 
 #: a Hub repository id: ORG/NAME, each part letters, digits, '-', '_', '.'
 HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(?<![.-])$")
@@ -26,6 +26,9 @@ VISION_TYPES |= {"mobilevit", "dinov2", "clip_vision_model", "siglip_vision_mode
 #: the tasks of text models whose encoder `engine optimize` exports (a head it does not export keeps its backbone)
 TEXT_TASKS = ("feature-extraction", "text-classification", "text-generation", "fill-mask", "token-classification", "question-answering")
 TEXT_TASKS += ("multiple-choice",)
+#: encoder-decoder families seq2seq_export takes, and the tasks it exports them for
+SEQ2SEQ_TYPES = frozenset({"t5", "mt5", "bart", "mbart", "marian", "pegasus", "whisper"})
+SEQ2SEQ_TASKS = ("text2text-generation", "automatic-speech-recognition")
 #: the vision tasks torch_export exports (optimum's names)
 VISION_TASKS = ("image-classification", "feature-extraction", "object-detection", "semantic-segmentation")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model")
@@ -39,10 +42,10 @@ class ModelFacts:
 
     input: dict[str, Any]  # the workflow's `input:` section
     name: str  # a plain name for the workflow and its file
-    kind: str  # encoder (a Hugging Face text encoder), decoder (a causal LM), vision (a Hugging Face vision model), onnx
+    kind: str  # encoder (a Hugging Face text encoder), decoder (a causal LM), seq2seq (an encoder-decoder), vision, onnx
     described: str  # what it is, in words, for the terminal and the workflow's header
     task: str | None = None  # the Hugging Face task (encoders, decoders)
-    tokenizer: str | None = None  # `input`, a tokenizer folder, or None (then synthetic token ids)
+    tokenizer: str | None = None  # `input`, a tokenizer folder, or None (then synthetic token ids or features)
     max_length: int = 128  # tokens per text sample
     vocab_size: int | None = None
     inputs: dict[str, list[int | str]] = field(default_factory=dict)  # ONNX inputs: name -> shape
@@ -130,13 +133,9 @@ def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: 
     model_type = str(config.get("model_type") or "unknown")
     shown = f"{model_type} ({', '.join(architectures)})" if architectures else model_type
     decoder = any(a.endswith(DECODER_ENDINGS) for a in architectures) or (not architectures and model_type in DECODER_TYPES)
-    if config.get("is_encoder_decoder") or model_type in ("t5", "mt5", "bart", "mbart", "marian", "pegasus", "whisper"):
-        raise _bad(
-            f"an encoder-decoder model ({shown}): `engine optimize` makes workflows for text encoders and decoders",
-            given,
-            hint="write the workflow by hand (docs/workflow.md)",
-        )
     inferred, _ = task_of_config(config)
+    if config.get("is_encoder_decoder") or model_type in SEQ2SEQ_TYPES:
+        return _seq2seq(config, spec, name, task or inferred, shown, folder, given)
     if inferred is not None and inferred not in (*TEXT_TASKS, *VISION_TASKS) and model_type not in VISION_TYPES:
         raise _bad(
             f"a {inferred} model ({shown}): `engine optimize` makes workflows for text encoders, decoders and vision models",
@@ -154,20 +153,40 @@ def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: 
     )
     if task == "text-generation" and not decoder and architectures:
         raise _bad(f"--task text-generation needs a causal LM (…ForCausalLM), and this is {shown}", given, hint="leave out --task")
-    tokenizer = "input" if folder is None or any(userfiles.exists(folder / f) for f in TOKENIZER_FILES) else None
-    if task == "text-generation" and tokenizer is None:
-        raise _bad(
-            "a decoder's folder must hold its tokenizer",
-            given,
-            expected=", ".join(TOKENIZER_FILES),
-            hint="tokenizer.save_pretrained(folder)",
-        )
+    tokenizer = _tokenizer(folder)
     positions = config.get("max_position_embeddings") or config.get("n_positions")
     max_length = min(128, positions) if isinstance(positions, int) and positions > 2 else 128
     vocab = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
     kind = "decoder" if task == "text-generation" else "encoder"
     described = f"a {'decoder (causal LM)' if kind == 'decoder' else 'text encoder'}: {shown}"
     return ModelFacts(spec, name, kind, described, task, tokenizer, max_length, vocab)
+
+
+def _tokenizer(folder: Path | None) -> str | None:
+    """``input`` when the model's tokenizer is at hand (a Hub model's comes with it), else None: text is then synthetic ids."""
+    return "input" if folder is None or any(userfiles.exists(folder / f) for f in TOKENIZER_FILES) else None
+
+
+def _seq2seq(
+    config: dict[str, Any], spec: dict[str, Any], name: str, task: str | None, shown: str, folder: Path | None, given: str
+) -> ModelFacts:
+    """An encoder-decoder model (Whisper, T5, BART, Marian): exported as an encoder and a decoder with past."""
+    audio = str(config.get("model_type")) in SPEECH_TYPES or "num_mel_bins" in config
+    task = task or ("automatic-speech-recognition" if audio else "text2text-generation")
+    if task not in SEQ2SEQ_TASKS:
+        raise _bad(
+            f"a {task} model ({shown}): `engine optimize` exports encoder-decoder models for speech recognition and text to text",
+            given,
+            expected=", ".join(SEQ2SEQ_TASKS),
+            hint="leave out --task (it is read from config.json); another encoder-decoder model needs a workflow written by hand (docs/workflow.md)",
+        )
+    if (task == "automatic-speech-recognition") != audio:
+        right = "automatic-speech-recognition" if audio else "text2text-generation"
+        raise _bad(f"--task {task} does not fit this model ({shown})", given, expected=right, hint="leave out --task")
+    tokenizer = None if audio else _tokenizer(folder)
+    vocab = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
+    what = "speech recognition" if audio else "text to text"
+    return ModelFacts(spec, name, "seq2seq", f"an encoder-decoder model ({what}): {shown}", task, tokenizer, 128, vocab)
 
 
 def _vision(config: dict[str, Any], spec: dict[str, Any], name: str, task: str, shown: str, given: str) -> ModelFacts:

@@ -12,6 +12,8 @@ TASKS = (
     "feature-extraction",
     "text-classification",
     "text-generation",
+    "text2text-generation",
+    "automatic-speech-recognition",
     "image-classification",
     "object-detection",
     "semantic-segmentation",
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="X",
         help="the quality a candidate may lose against the FP32 model: 1 - cosine of its outputs for encoders "
-        "(default 0.01), the mean NLL increase per token for decoders (default 0.05, about 5%% perplexity)",
+        "(default 0.01), the mean NLL increase per token for decoders (default 0.05, about 5%% perplexity), the share of "
+        "first decoder steps whose top token differs from FP32's for encoder-decoder models (default 0.05)",
     )
     parser.add_argument("--max-candidates", type=int, metavar="N", help="measure at most N candidates (the FP32 reference included)")
     parser.add_argument("--revision", metavar="REV", help="for a Hub id: the branch, tag or commit")

@@ -11,55 +11,21 @@ fusion, FP16 or static QDQ INT8; TensorRT the unfused export compiled into an EP
 (bert-gpu.yaml); a decoder the GenAI model builder's own weight-only quantization beside Kiln's
 int4_weights (llm-cpu.yaml). A vision model is exported for its task (pixel_values, batch dynamic)
 and on ONNX Runtime's CPU gets static QDQ INT8 calibrated on synthetic images beside dynamic INT8,
-as an ONNX model without token inputs does."""
+as an ONNX model without token inputs does. An encoder-decoder (Whisper, T5, BART) is exported as
+an encoder and a decoder with past, and on ONNX Runtime's CPU gets dynamic INT8 of both parts,
+measured by its greedy loop (first-step top-1 against FP32, tokens per second)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from engine.optimize import generative
 from engine.optimize.model import ModelFacts
+from engine.optimize.parts import CALIBRATION_LINES, SENTENCES, Choice, Pipeline
 
-HERE = Path(__file__).resolve().parent
-SENTENCES, PROMPTS, HELDOUT = (str(HERE / name) for name in ("sentences.txt", "prompts.txt", "heldout.txt"))
-CALIBRATION_LINES = 32  # the first 32 lines calibrate; the other 160 are held out for fidelity
+__all__ = ["Choice", "Pipeline", "data", "evaluate", "select", "steps", "target", "workflow"]
+
 EXPORT = {"exporter": "torchscript", "attn_implementation": "eager", "opset": 17}  # the export ONNX Runtime fuses
-
-
-@dataclass(frozen=True)
-class Choice:
-    device: str  # cpu, gpu, npu
-    provider: str  # cpu, cuda, tensorrt, dml, qnn, openvino
-    precision: str  # fp32, fp16, int8, int4
-    max_drop: float
-    max_candidates: int | None = None
-    output: str | None = None
-
-
-@dataclass
-class Pipeline:
-    """The steps of a workflow with what each is for (the generated file's header says it)."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    why: list[tuple[str, str]] = field(default_factory=list)
-
-    def add(self, why: str, id: str, pass_: str, after: str | None, **extra: Any) -> str:
-        step: dict[str, Any] = {"id": id, "pass": pass_}
-        if after:
-            step["after"] = after
-        step.update({key: value for key, value in extra.items() if value not in (None, False, {})})
-        self.steps.append(step)
-        self.why.append((id, why))
-        return id
-
-    def uses(self, name: str) -> bool:
-        """Whether a step's config names ``name`` (a dataset or an evaluation)."""
-        return any(name in step.get("config", {}).values() for step in self.steps)
-
-    @property
-    def calibrates(self) -> bool:
-        return self.uses("calibration") or self.uses("fidelity_calibration")
 
 
 def target(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
@@ -85,8 +51,8 @@ def target(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
 
 
 def steps(facts: ModelFacts, choice: Choice) -> Pipeline:
-    if facts.kind == "decoder":
-        return _decoder(choice)
+    if facts.kind in generative.KINDS:
+        return generative.steps(facts, choice)
     pipeline = Pipeline()
     source = None
     if facts.kind == "encoder":
@@ -280,38 +246,6 @@ def _qnn(pipeline: Pipeline, choice: Choice, source: str | None) -> None:
         pipeline.add("FP16 weights and compute", "fp16", "fp16", source)
 
 
-def _decoder(choice: Choice) -> Pipeline:
-    """A causal LM with its key/value cache, built by ONNX Runtime GenAI's model builder."""
-    pipeline = Pipeline()
-    export = pipeline.add(
-        "the FP32 decoder with its key/value cache (GenAI's model builder): the reference",
-        "export",
-        "genai_build",
-        None,
-        config={"precision": "fp32"},
-    )
-    if choice.precision in ("int4", "int8"):
-        bits = 4 if choice.precision == "int4" else 8
-        pipeline.add(
-            f"the builder's own weight-only {choice.precision.upper()} (block sizes searched)",
-            "builder_quant",
-            "genai_build",
-            None,
-            config={"precision": choice.precision},
-            search={"block_size": [32, 128]},
-        )
-        pipeline.add(
-            f"Kiln's {bits}-bit weights (MatMulNBits, round to nearest, int8 activations in the dot products) on the FP32 export",
-            "weights",
-            "int4_weights",
-            export,
-            config={"algorithm": "rtn", "bits": bits, "block_size": 32, "accuracy_level": 4},
-        )
-    elif choice.precision == "fp16":
-        pipeline.add("the builder's FP16 model", "fp16", "genai_build", None, config={"precision": "fp16"})
-    return pipeline
-
-
 def _bar(choice: Choice) -> float:
     """The cosine an accuracy-driven pass aims at on the calibration data: half the allowed loss, so held-out data has margin."""
     return round(1 - choice.max_drop / 2, 6)
@@ -319,11 +253,8 @@ def _bar(choice: Choice) -> float:
 
 def data(facts: ModelFacts, pipeline: Pipeline) -> dict[str, dict[str, Any]]:
     """The datasets: text the engine ships (tokenized with the model's tokenizer), else synthetic inputs."""
-    if facts.kind == "decoder":
-        return {
-            "prompts": {"source": "text_lines", "path": PROMPTS, "tokenizer": "input", "max_length": 24, "padding": "longest", "limit": 8},
-            "heldout": {"source": "text_lines", "path": HELDOUT, "tokenizer": "input", "max_length": 128, "padding": "longest"},
-        }
+    if facts.kind in generative.KINDS:
+        return generative.data(facts)
     if facts.tokenizer:
         line: dict[str, Any] = {"source": "text_lines", "path": SENTENCES, "tokenizer": facts.tokenizer, "max_length": facts.max_length}
         sets = {
@@ -339,14 +270,11 @@ def data(facts: ModelFacts, pipeline: Pipeline) -> dict[str, dict[str, Any]]:
 
 
 def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
-    if facts.kind == "decoder":
-        return [
-            {"id": "generation", "evaluator": "generation", "config": {"data": "prompts", "max_new_tokens": 32}},
-            {"id": "perplexity", "evaluator": "perplexity", "config": {"data": "heldout"}},
-            {"id": "fidelity", "evaluator": "logit_fidelity", "config": {"data": "heldout"}},
-            {"id": "size", "evaluator": "size"},
-        ]
+    if facts.kind in generative.KINDS:
+        return generative.evaluate(facts)
     shape = {"batch_size": 1, "sequence_length": facts.max_length} if facts.text else {"batch_size": 1}
+    if facts.text and facts.vocab_size:  # token ids drawn within the model's vocabulary (a small one is below the default 1000)
+        shape["int_high"] = facts.vocab_size
     latency: dict[str, Any] = {**shape, "warmup": 20, "runs": 100, "max_time_s": 30}
     found: list[dict[str, Any]] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "heldout"}}]
     if pipeline.uses("fidelity_calibration"):
@@ -355,11 +283,8 @@ def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
 
 
 def select(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
-    if facts.kind == "decoder":
-        return {
-            "objective": {"metric": "generation.decode_tokens_per_s", "goal": "max"},
-            "constraints": [{"metric": "perplexity.nll_increase", "max": choice.max_drop}],
-        }
+    if facts.kind in generative.KINDS:
+        return generative.select(facts, choice)
     return {
         "objective": {"metric": "latency.p50_ms", "goal": "min"},
         "constraints": [{"metric": "fidelity.cosine_mean", "min": round(1 - choice.max_drop, 6)}],
@@ -376,7 +301,7 @@ def workflow(facts: ModelFacts, choice: Choice, name: str) -> tuple[dict[str, An
         "version": 1,
         "name": name,
         "input": facts.input,
-        "data": data(facts, pipeline),
+        **({"data": sets} if (sets := data(facts, pipeline)) else {}),
         "targets": [target(facts, choice)],
         "steps": pipeline.steps,
         "evaluate": evaluate(facts, pipeline),

@@ -168,7 +168,7 @@ def test_bad_options_exit_2_with_what_was_given_and_the_fix(tiny_bert, tmp_path,
     assert not list(tmp_path.glob("*.yaml"))
 
 
-@pytest.mark.parametrize("kind", ["empty folder", "text file", "not onnx", "speech model", "encoder-decoder"])
+@pytest.mark.parametrize("kind", ["empty folder", "text file", "not onnx", "speech model", "image-to-text encoder-decoder"])
 def test_a_model_kiln_cannot_optimize_exits_2(tmp_path, kind, capsys):
     model = tmp_path / "model"
     if kind == "text file":
@@ -181,7 +181,11 @@ def test_a_model_kiln_cannot_optimize_exits_2(tmp_path, kind, capsys):
         model.mkdir()
         config = {
             "speech model": {"model_type": "wav2vec2", "architectures": ["Wav2Vec2ForCTC"]},
-            "encoder-decoder": {"model_type": "t5", "is_encoder_decoder": True},
+            "image-to-text encoder-decoder": {
+                "model_type": "vision-encoder-decoder",
+                "is_encoder_decoder": True,
+                "architectures": ["VisionEncoderDecoderModel"],
+            },
         }
         if kind in config:
             (model / "config.json").write_text(json.dumps(config[kind]))
