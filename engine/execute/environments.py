@@ -48,6 +48,8 @@ log = logging.getLogger("kiln.environments")
 
 MARKER = "kiln-env.json"
 PTH = "_kiln_main_environment.pth"
+#: the constraints a build was pinned to (``ensure``'s ``pins``), kept beside its marker
+PINS = "kiln-pins.txt"
 #: a build holding its lock longer than this is taken for dead
 BUILD_TIMEOUT_S = 3600.0
 PROBE_TIMEOUT_S = 300.0
@@ -191,13 +193,17 @@ def _main_site_dirs() -> list[str]:
     return dirs
 
 
-def _build(spec: EnvironmentSpec, folder: Path) -> None:
+def _build(spec: EnvironmentSpec, folder: Path, pins: dict[str, str] | None = None) -> None:
     uv = _uv()
     shutil.rmtree(folder, ignore_errors=True)  # a half-built environment is rebuilt from scratch
     folder.parent.mkdir(parents=True, exist_ok=True)
     _run([uv, "venv", "--quiet", "--python", sys.executable, str(folder)], "venv", spec)
     python = _python_of(folder)
-    _run([uv, "pip", "install", "--python", str(python), *spec.requirements], "install", spec, _uv_env())
+    constraints: list[str] = []
+    if pins:  # the versions another machine's build froze to (engine.execute.node_env)
+        (folder / PINS).write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())), encoding="utf-8")
+        constraints = ["--constraint", str(folder / PINS)]
+    _run([uv, "pip", "install", "--python", str(python), *spec.requirements, *constraints], "install", spec, _uv_env())
     freeze = _run([uv, "pip", "freeze", "--python", str(python)], "pip freeze", spec).stdout
     lines = [str(kiln_root())] + [f"import site; site.addsitedir({d!r})" for d in _main_site_dirs()]
     (_site_packages(python) / PTH).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -213,9 +219,12 @@ def _build(spec: EnvironmentSpec, folder: Path) -> None:
     _write_json_atomic(folder / MARKER, marker)
 
 
-def ensure(spec: EnvironmentSpec, root: Path, hooks: Any = None) -> BuiltEnvironment:
+def ensure(spec: EnvironmentSpec, root: Path, hooks: Any = None, pins: dict[str, str] | None = None) -> BuiltEnvironment:
     """The environment of ``spec`` under ``root``, built first unless its marker is there.
-    ``hooks`` (engine.execute.hooks.Hooks) hears ``environment_started``/``environment_done``."""
+    ``hooks`` (engine.execute.hooks.Hooks) hears ``environment_started``/``environment_done``.
+    ``pins`` (name: version) constrain a build to the versions another build froze to (a node
+    building what the driver built), so both freeze alike (a pinned version the index no longer
+    has fails the build, naming it)."""
     key = spec.key()
     folder = root / key
     marker = read_marker(spec, folder)
@@ -229,7 +238,7 @@ def ensure(spec: EnvironmentSpec, root: Path, hooks: Any = None) -> BuiltEnviron
             if hooks is not None:
                 hooks.environment_started(key, spec.requirements)
             started = time.perf_counter()
-            _build(spec, folder)
+            _build(spec, folder, pins)
             seconds = time.perf_counter() - started
             log.info("environment %s built in %.1f s", key[:12], seconds)
             if hooks is not None:

@@ -235,6 +235,8 @@ class LocalExecutor:
             began = time.time()
             outcome = self._run(job, timeout_s, alone)
             outcome.node = self._where.node or {**self.host, "began": round(began, 3), "ended": round(time.time(), 3)}
+            if job.environment is not None and "env" not in outcome.node:  # the driver built it before the run
+                outcome.node["env"] = {"key": job.environment.key, "built": False, "python": job.environment.python}
             return outcome
 
     def nodes(self) -> list[Node]:

@@ -15,6 +15,8 @@ Ray for all its CPUs, while passes go on on the other nodes. A node that dies ta
 jobs running on it: each is run again on another node (``NODE_RETRIES``), its half-written
 staging folder emptied first; nothing reaches the store before a job has finished.
 Without ``--workers``, as many jobs run at once as the cluster has CPUs (``default_workers``).
+A job in an isolated environment runs in that environment as its node has it: found in the
+node's own environments folder or built there first, keyed as the driver's (engine.execute.node_env).
 Ray is optional: it is imported only when this executor is used.
 """
 
@@ -26,22 +28,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.core.errors import MissingDependency
+from engine.core.errors import KilnError, MissingDependency
 from engine.execute.executor import LocalExecutor, run_on_node
+from engine.execute.node_env import node_python
 from engine.execute.nodes import Node, NodeGate, NoNode, target_resources
 from engine.execute.shared_store import check_shared_store
-from engine.plan.jobs import WorkOrder
+from engine.plan.jobs import WorkOrder, environment_json
 from engine.store.store import Store
 
 #: how many times a job whose node died is run again elsewhere
 NODE_RETRIES = 2
 
 
-def run_task(python: str, job_file: str, log_path: str, timeout_s: float | None) -> tuple[int | str, float, float]:
-    """The Ray task: ``run_on_node``'s outcome and when it began and ended on the node's clock."""
+def run_task(
+    python: str, job_file: str, log_path: str, timeout_s: float | None, environment: dict[str, Any] | None = None, store_root: str = ""
+) -> tuple[int | str, float, float, dict[str, Any] | None]:
+    """The Ray task: ``run_on_node``'s outcome, when it began and ended on the node's clock, and
+    the environment it ran in (``node_python``: found or built on this node; None: the engine's
+    own). An environment that cannot be made ready here is the job's outcome, as a reason."""
     began = time.time()
+    try:
+        python, env = node_python(environment, python, store_root)
+    except KilnError as error:
+        Path(log_path).write_text(f"{error}\n", encoding="utf-8")
+        return f"not run: {error}", began, time.time(), None
     code = run_on_node(python, job_file, log_path, timeout_s)
-    return code, began, time.time()
+    return code, began, time.time(), env
 
 
 class RayExecutor(LocalExecutor):
@@ -125,8 +137,10 @@ class RayExecutor(LocalExecutor):
                 log_path.write_text(f"{error}\n", encoding="utf-8")
                 return f"not run: {error}"
             if ran is not None:
-                code, began, ended = ran
+                code, began, ended, env = ran
                 self._where.node = {**node.record(), "began": round(began, 3), "ended": round(ended, 3)}
+                if env is not None:
+                    self._where.node["env"] = env
                 if attempt:
                     self._where.node["attempts"] = attempt + 1
                 return code
@@ -136,7 +150,12 @@ class RayExecutor(LocalExecutor):
     def _on(self, node: Node, job: WorkOrder, job_file: Path, log_path: Path, timeout_s: float | None, alone: bool) -> Any:
         """The task's (code, began, ended) on ``node``, or None when the node died under it."""
         ref = self._remote.options(**self._options(job, node, alone)).remote(
-            job.python or self.python or sys.executable, str(job_file), str(log_path), timeout_s
+            job.python or self.python or sys.executable,
+            str(job_file),
+            str(log_path),
+            timeout_s,
+            environment_json(job.environment),
+            str(self.store.root),
         )
         try:
             return self.ray.get(ref)

@@ -28,7 +28,7 @@ from engine.execute.gate import Gate
 from engine.execute.hooks import Fanout, Hooks, Tally
 from engine.execute.nodes import place_targets
 from engine.execute.protocol import Executor
-from engine.plan.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_python, target_ref
+from engine.plan.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_environment, target_ref
 from engine.plan.planner import Candidate, Plan
 from engine.select.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
 from engine.store.store import Store
@@ -207,6 +207,7 @@ class Runner:
             datasets=self.datasets.inputs(spec.datasets),
             evaluations=spec.evaluations,
             python=spec.python,
+            environment=spec.runs_in,
         )
 
     # -- candidates -----------------------------------------------------------------------------
@@ -306,6 +307,8 @@ class Runner:
             place = f"{target} {self.plan.label(result.candidate)}" if settings else target  # settings variants apart
             self.store.remember(self.plan.slot(result.candidate.jobs[-1], spec.id, place), key, key_doc)
 
+        environment = target_environment(self.resolved, target)
+
         def order() -> WorkOrder:
             return WorkOrder(
                 kind="eval",
@@ -319,7 +322,8 @@ class Runner:
                 target=target_ref(self.resolved, target, settings),
                 reference_target=target_ref(self.resolved, target) if settings and reference is not None else None,
                 datasets=self.datasets.inputs(spec.datasets),
-                python=target_python(self.resolved, target),
+                python=environment.python if environment is not None else None,
+                environment=environment,
             )
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))

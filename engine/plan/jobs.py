@@ -87,11 +87,43 @@ def target_ref(resolved: ResolvedWorkflow, target_id: str, settings: dict[str, A
     return TargetRef(runtime=entry.cls.runtime, config=entry.variant(settings or {}).config.to_json())
 
 
+def target_environment(resolved: ResolvedWorkflow, target_id: str) -> BuiltEnvironment | None:
+    """The built environment the target lives in (None: the engine's own)."""
+    environment = getattr(resolved.targets[target_id].instance.config, "environment", None)
+    return resolved.environments.get(environment.key()) if environment is not None else None
+
+
 def target_python(resolved: ResolvedWorkflow, target_id: str) -> str | None:
     """The interpreter of the environment the target lives in (None: the engine's own)."""
-    environment = getattr(resolved.targets[target_id].instance.config, "environment", None)
-    built = resolved.environments.get(environment.key()) if environment is not None else None
+    built = target_environment(resolved, target_id)
     return built.python if built is not None else None
+
+
+def environment_json(built: BuiltEnvironment | None) -> dict[str, Any] | None:
+    """A built environment as a job file carries it: what a node needs to find or build the same
+    one (requirements, key) and to check it froze alike (the driver's package hash and versions)."""
+    if built is None:
+        return None
+    return {
+        "key": built.key,
+        "requirements": list(built.requirements),
+        "python": built.python,
+        "packages": built.packages,
+        "versions": dict(built.versions),
+    }
+
+
+def environment_from_json(data: dict[str, Any] | None) -> BuiltEnvironment | None:
+    """``environment_json`` read back."""
+    if not data:
+        return None
+    return BuiltEnvironment(
+        key=data["key"],
+        requirements=tuple(data["requirements"]),
+        python=data["python"],
+        packages=data["packages"],
+        versions=tuple(sorted((data.get("versions") or {}).items())),
+    )
 
 
 def _step_environment(resolved: ResolvedWorkflow, step: Step) -> tuple[dict[str, Any] | None, BuiltEnvironment | None]:
@@ -186,6 +218,8 @@ class PassSpec:
     environment: dict[str, Any] | None = field(default=None, compare=False)
     #: the interpreter its worker runs with: the step's environment's, else its target's (None: the engine's)
     python: str | None = field(default=None, compare=False)
+    #: the built environment that interpreter belongs to (a node without it builds the same one)
+    runs_in: BuiltEnvironment | None = field(default=None, compare=False)
     #: the versions of the pass's libraries in the step's environment (None: the main environment's)
     libraries: dict[str, str | None] | None = field(default=None, compare=False)
 
@@ -231,7 +265,7 @@ def pass_spec(
         evaluations[eval_id] = MeasuringEvaluation(plugin=entry.name, version=entry.cls.version, config=entry.config)
         datasets += [n for n in named_options(entry.cls, entry.config, RefKind.DATASET) if n not in datasets]
     environment, built = _step_environment(resolved, step)
-    python = built.python if built is not None else (target_python(resolved, target) if target else None)
+    runs_in = built if built is not None else (target_environment(resolved, target) if target else None)
     return PassSpec(
         job_id=job_id,
         step_id=step.id,
@@ -247,7 +281,8 @@ def pass_spec(
         evaluations=evaluations,
         timeout_s=step.timeout_s or cls.default_timeout_s,
         environment=environment,
-        python=python,
+        python=runs_in.python if runs_in is not None else None,
+        runs_in=runs_in,
         libraries=_step_libraries(step, built),
     )
 
@@ -280,6 +315,9 @@ class WorkOrder:
     datasets: dict[str, DatasetInput] = field(default_factory=dict)
     evaluations: dict[str, MeasuringEvaluation] = field(default_factory=dict)
     python: str | None = None  # the interpreter of the environment it runs in (None: the engine's)
+    #: that environment as the driver built it: a node that lacks it builds the same one
+    #: (engine.execute.node_env), so ``python`` is the driver's path, not necessarily the node's
+    environment: BuiltEnvironment | None = None
     # where it runs, set by the executor
     store: str | None = None
     staging: str | None = None
@@ -304,6 +342,7 @@ class WorkOrder:
             "datasets": {name: spec.to_json() for name, spec in self.datasets.items()},
             "evaluations": {eval_id: ref.to_json() for eval_id, ref in self.evaluations.items()},
             "python": self.python,
+            "environment": environment_json(self.environment),
             "store": self.store,
             "staging": self.staging,
             "result": self.result,
@@ -326,6 +365,7 @@ class WorkOrder:
             datasets={name: DatasetInput.from_json(spec) for name, spec in (data.get("datasets") or {}).items()},
             evaluations={eval_id: MeasuringEvaluation.from_json(ref) for eval_id, ref in (data.get("evaluations") or {}).items()},
             python=data.get("python"),
+            environment=environment_from_json(data.get("environment")),
             store=data.get("store"),
             staging=data.get("staging"),
             result=data.get("result"),
