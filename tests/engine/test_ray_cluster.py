@@ -1,7 +1,8 @@
 """The Ray executor on a cluster of two nodes (both on this machine, each with its own custom
 resource): jobs land on both, each records its node, a timing job holds its node alone while
 passes go on on the other, targets pinned to a node's resource run their evaluations there, and
-a node killed mid-run costs only its running job, run again on the other node."""
+a node killed mid-run costs only its running job, run again on the other node; a fleet of two
+workflows on the cluster runs the jobs they share once, on both nodes, and each chooses."""
 
 from __future__ import annotations
 
@@ -142,3 +143,45 @@ def test_a_node_killed_mid_run_costs_only_its_running_job(tmp_path, tiny_onnx, c
     assert retried and all(n["label"] == "node_a" for n in retried)
     assert {r.label: r.model.digest for r in report.results} == {r.label: r.model.digest for r in clean.results}
     assert verify_store(Store(tmp_path / "killed" / "store")).clean  # nothing half-written
+
+
+def test_a_fleet_on_the_cluster_runs_a_shared_job_once_on_both_nodes(tmp_path, tiny_onnx, cluster, capsys):
+    from engine.cli.main import main
+
+    for name in ("alpha", "beta"):  # the same two quantization jobs in each: shared by key
+        workflow = tiny_workflow(tiny_onnx, name=name, search={"baselines": False})
+        workflow["evaluate"] = [
+            {"id": "size", "evaluator": "size"},
+            {"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}},
+        ]
+        workflow["select"] = {
+            "objective": {"metric": "size.file_bytes", "goal": "min"},
+            "constraints": [{"metric": "fidelity.cosine_mean", "min": 0.9}],
+        }
+        write_workflow(tmp_path / "wf", workflow, f"{name}.yaml")
+    out = tmp_path / "out"
+    args = [
+        "run",
+        str(tmp_path / "wf"),
+        "--executor",
+        "ray",
+        "--store",
+        str(tmp_path / "store"),
+        "--output",
+        str(out),
+        "--workers",
+        "2",
+        "-q",
+    ]
+    code = main(args)  # the fixture's cluster: ray is initialized, so the executor joins it
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "fleet: 2 of 2 workflows" in printed
+    events = [json.loads(line) for name in ("alpha", "beta") for line in (out / name / "events.jsonl").read_text().splitlines()]
+    passes = [e for e in events if e["event"] == "job_node"]
+    assert len(passes) == 2 and len({e["job"] for e in passes}) == 2  # each shared job ran once, in one workflow
+    placed = passes + [e for e in events if e["event"] == "eval_node"]
+    assert {e["node"]["label"] for e in placed} == {"node_a", "node_b"}
+    for name in ("alpha", "beta"):
+        records = json.loads((out / name / "candidates.json").read_text())["candidates"]
+        assert any(c["chosen"] for c in records)
