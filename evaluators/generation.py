@@ -33,6 +33,7 @@ numpy is imported inside functions: the engine imports this module at validate t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
@@ -47,7 +48,7 @@ from evaluators._tokens import generate, open_generative, token_rows
 
 if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
-    from engine.core.target import Generation, GenerativeSession
+    from engine.core.target import Generation, Session, Target
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +62,26 @@ class Timings(list[int]):
         self.generations = generations
 
 
-class GenerationArm:
-    """One model under the clock: generations from the prompts, in the rounds' order (round k
-    uses prompt k modulo the number of prompts, for both models). The continuation of each prompt
-    is kept, and a prompt that generates differently twice is noted."""
+#: one greedy generation: (session, prompt or source, max_new_tokens, role) -> its tokens and timings
+Produce = Callable[[Any, Any, int, str], "Generation"]
 
-    def __init__(self, role: str, session: GenerativeSession, prompts: list[list[int]], max_new_tokens: int, first_round: int) -> None:
+
+class GenerationArm:
+    """One model under the clock: generations from the prompts (a decoder's token ids, an
+    encoder-decoder's sources), in the rounds' order (round k uses prompt k modulo the number of
+    prompts, for both models). The continuation of each prompt is kept, and a prompt that
+    generates differently twice is noted."""
+
+    def __init__(self, role: str, session: Session, prompts: list[Any], max_new_tokens: int, first_round: int, produce: Produce) -> None:
         self.role, self.session, self.prompts, self.max_new_tokens = role, session, prompts, max_new_tokens
+        self.produce = produce
         self.next = first_round  # the index of the next round this arm times
         self.outputs: dict[int, list[int]] = {}
         self.unstable: set[int] = set()
 
     def _generate(self, index: int) -> Generation:
         index %= len(self.prompts)
-        out = generate(self.session, self.prompts[index], self.max_new_tokens, self.role)
+        out = self.produce(self.session, self.prompts[index], self.max_new_tokens, self.role)
         seen = self.outputs.setdefault(index, out.tokens)
         if seen != out.tokens:
             self.unstable.add(index)
@@ -98,6 +105,44 @@ class GenerationArm:
         for index in range(len(self.prompts)):
             if index not in self.outputs:
                 self._generate(index)
+
+
+class GenerationTiming(ComparisonRules):
+    """The options of generation timing (the ``generation`` and ``seq2seq_generation`` evaluators'),
+    beside where their prompts come from."""
+
+    max_new_tokens: int = Field(
+        default=32,
+        ge=2,
+        le=1_000_000,
+        description="Tokens each generation makes (at least 2: the first is the prefill's, the rest are decoded).",
+    )
+    warmup: int = Field(default=2, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
+    runs_per_round: int = Field(
+        default=2, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
+    )
+    sessions: int = Field(default=2, ge=1, le=1000, description="Fresh pairs of sessions the rounds are spread over (at least).")
+    min_rounds: int = Field(
+        default=8, ge=2, le=100_000, description="Rounds to take at least (each round times both models on one prompt)."
+    )
+    max_rounds: int = Field(
+        default=60, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
+    )
+
+    @property
+    def runs(self) -> int:
+        """What ``Rounds`` asks of the candidate's timed runs besides the rounds: nothing more."""
+        return 1
+
+    @property
+    def min_time_s(self) -> float:
+        return 0.0
+
+    @model_validator(mode="after")
+    def _rounds_order(self) -> GenerationTiming:
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
+        return self
 
 
 class GenerationEvaluator(Evaluator):
@@ -134,49 +179,18 @@ class GenerationEvaluator(Evaluator):
         "tokens_per_s": "e2e_speedup",
     }
 
-    class Config(ComparisonRules):
+    class Config(GenerationTiming):
         data: DatasetRef = Field(
             description="A dataset of prompts (input_ids + attention_mask), e.g. text_lines with the model's tokenizer."
         )
         limit: int | None = Field(
             default=8, ge=1, description="Use the first N rows as prompts (null: every row); the rounds cycle through them."
         )
-        max_new_tokens: int = Field(
-            default=32,
-            ge=2,
-            le=1_000_000,
-            description="Tokens each generation makes (at least 2: the first is the prefill's, the rest are decoded).",
-        )
-        warmup: int = Field(default=2, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
-        runs_per_round: int = Field(
-            default=2, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
-        )
-        sessions: int = Field(default=2, ge=1, le=1000, description="Fresh pairs of sessions the rounds are spread over (at least).")
-        min_rounds: int = Field(
-            default=8, ge=2, le=100_000, description="Rounds to take at least (each round times both models on one prompt)."
-        )
-        max_rounds: int = Field(
-            default=60, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
-        )
-
-        @property
-        def runs(self) -> int:
-            """What ``Rounds`` asks of the candidate's timed runs besides the rounds: nothing more."""
-            return 1
-
-        @property
-        def min_time_s(self) -> float:
-            return 0.0
-
-        @model_validator(mode="after")
-        def _rounds_order(self) -> GenerationEvaluator.Config:
-            if self.max_rounds < self.min_rounds:
-                raise ValueError(f"max_rounds ({self.max_rounds}) is below min_rounds ({self.min_rounds})")
-            return self
 
     config: Config
 
-    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+    def prompts(self, model: ModelArtifact, ctx: EvalContext) -> tuple[list[Any], list[int]]:
+        """What the rounds cycle through, and each one's length in tokens (for the record)."""
         cfg = self.config
         prompts = token_rows(ctx, cfg.data, cfg.limit, self.name)
         empty = [index for index, prompt in enumerate(prompts) if not prompt]
@@ -184,6 +198,18 @@ class GenerationEvaluator(Evaluator):
             raise EvaluationError(
                 f"dataset '{cfg.data}' has row(s) without tokens ({', '.join(map(str, empty[:5]))}): a prompt needs one at least"
             )
+        return prompts, [len(p) for p in prompts]
+
+    def open(self, ctx: EvalContext, model: ModelArtifact, role: str, target: Target | None = None) -> Session:
+        return open_generative(ctx, model, role, self.name, target=target)
+
+    def produce(self, session: Any, prompt: Any, max_new_tokens: int, role: str) -> Generation:
+        """One greedy generation of ``max_new_tokens`` tokens from ``prompt``."""
+        return generate(session, prompt, max_new_tokens, role)
+
+    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:  # long: the blocks of fresh sessions, in one loop
+        cfg = self.config
+        prompts, lengths = self.prompts(model, ctx)
         compared = ctx.reference is not None
         rounds = Rounds(cfg, arms=2 if compared else 1)
         outputs: list[dict[int, list[int]]] = [{}, {}]  # per arm: prompt index -> continuation
@@ -192,20 +218,20 @@ class GenerationEvaluator(Evaluator):
         reference_details: dict[str, Any] = {}
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
-            opened: list[GenerativeSession] = []
+            opened: list[Session] = []
             done = False
             try:
                 start = len(rounds.kept) + rounds.discarded
-                candidate = open_generative(ctx, model, "candidate" if compared else "model", self.name)
+                candidate = self.open(ctx, model, "candidate" if compared else "model")
                 opened.append(candidate)
                 session_details = dict(candidate.details)
-                arms = [GenerationArm("candidate" if compared else "model", candidate, prompts, cfg.max_new_tokens, start)]
+                arms = [GenerationArm("candidate" if compared else "model", candidate, prompts, cfg.max_new_tokens, start, self.produce)]
                 if compared:
                     assert ctx.reference is not None
-                    reference = open_generative(ctx, ctx.reference, "reference", self.name, target=ctx.reference_on)
+                    reference = self.open(ctx, ctx.reference, "reference", target=ctx.reference_on)
                     opened.append(reference)
                     reference_details = dict(reference.details)
-                    arms.insert(0, GenerationArm("reference", reference, prompts, cfg.max_new_tokens, start))
+                    arms.insert(0, GenerationArm("reference", reference, prompts, cfg.max_new_tokens, start, self.produce))
                 for arm in arms:
                     arm.warm_up(cfg.warmup)
                 rounds.block(arms)
@@ -224,7 +250,7 @@ class GenerationEvaluator(Evaluator):
             if done:
                 break
         sessions = (session_details, reference_details)
-        return self._result(rounds, outputs[: rounds.arms], sorted(unstable), sessions, ctx, [len(p) for p in prompts])
+        return self._result(rounds, outputs[: rounds.arms], sorted(unstable), sessions, ctx, lengths)
 
     # long: one flat record of every figure and of how it was taken, read top to bottom
     def _result(
@@ -268,7 +294,7 @@ class GenerationEvaluator(Evaluator):
             "precision": cfg.precision,
             "confidence": cfg.confidence,
             "noise": rounds.noise(),
-            "data": cfg.data,
+            "data": cfg.data or "synthetic",
             **mine.totals(),
             "nondeterministic_prompts": unstable,
             "session": session,
