@@ -26,7 +26,11 @@ def workflow(model: Path, task: str) -> dict:
         ],
         "evaluate": [
             {"id": "fidelity", "evaluator": "seq2seq_fidelity", "config": {"samples": 2, "max_new_tokens": 6, "pytorch": True}},
-            {"id": "generation", "evaluator": "seq2seq_generation", "config": {"samples": 2, "max_new_tokens": 6, "min_rounds": 4, "max_rounds": 4}},
+            {
+                "id": "generation",
+                "evaluator": "seq2seq_generation",
+                "config": {"samples": 2, "max_new_tokens": 6, "min_rounds": 4, "max_rounds": 4},
+            },
         ],
         "select": {
             "objective": {"metric": "generation.decode_tokens_per_s", "goal": "max"},
