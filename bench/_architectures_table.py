@@ -42,7 +42,7 @@ def cells(row: Any, tool: str) -> list[str]:
         return [row.arch, row.task, tool, "—", "—", "—", "—", "—", "—"]
     int8_tried = side.export_ok
     files = _files(side.fp32_files)
-    if side.int8_files and [f.replace("_quantized", "") for f in side.int8_files] != side.fp32_files:
+    if side.int8_files and sorted(f.replace("_quantized", "") for f in side.int8_files) != sorted(side.fp32_files):
         files += f" → INT8: {_files(side.int8_files)}"
     return [
         row.arch,
@@ -106,7 +106,7 @@ def print_table(rows: list[Any], meta: dict[str, Any], args: argparse.Namespace)
     print()
     print(
         f"Kiln vs Optimum {meta['optimum_onnx']}: INT8 speedup over the same tool's FP32 export, onnxruntime CPU, "
-        f"{args.threads} intra-op thread(s), batch 1, {args.sequence} tokens, {args.past} past positions; "
+        f"{args.threads} intra-op thread(s), batch 1, {args.sequence} new token(s) after {args.past} past positions; "
         f"{args.rounds} interleaved rounds x {args.runs} runs, median of per-round ratios [95% bootstrap]"
     )
     print(markdown(rows))

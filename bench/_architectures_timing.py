@@ -39,8 +39,10 @@ class Shapes:
     batch: int = 1
     sequence: int = 32
     past: int = 32
-    #: the encoder's output length (a text encoder: ``sequence``; Whisper: max_source_positions)
+    #: the encoder's length (T5: its source tokens; Whisper: max_source_positions)
     encoder: int = 32
+    #: a key/value head's width (config.json's head_dim, else hidden size / heads)
+    head: int = 64
     side: int = 64
     channels: int = 3
     mels: int = 80
@@ -48,17 +50,27 @@ class Shapes:
     vocab: int = 100
 
 
-def shapes_for(config: dict[str, Any], sequence: int = 32, past: int = 32, side: int = 64) -> Shapes:
-    """The sizes for a model whose config.json is ``config``."""
-    vocab = int(config.get("vocab_size") or 100)
+def shapes_for(
+    config: dict[str, Any], sequence: int = 32, past: int = 32, processor: dict[str, Any] | None = None, source: int = 32
+) -> Shapes:
+    """The sizes for a model whose config.json is ``config``: ``source`` tokens into a text encoder
+    of an encoder-decoder; images of its image processor's size (preprocessor_config.json, as both
+    tools' users feed it), else of config.json's ``image_size`` (ConvNeXt's says 224 whatever the
+    processor does), else 224."""
+    vocab = min(int(config.get("vocab_size") or 100), 100)
+    hidden = config.get("hidden_size") or config.get("d_model") or 64
+    heads = config.get("num_attention_heads") or config.get("num_heads") or config.get("decoder_attention_heads") or 1
+    head = int(config.get("head_dim") or config.get("d_kv") or hidden // heads)
     if config.get("model_type") == "whisper":
         positions = int(config.get("max_source_positions", 1500))
-        return Shapes(sequence=sequence, past=past, encoder=positions, mels=int(config.get("num_mel_bins", 80)), frames=2 * positions,
-                      vocab=min(vocab, 100))  # fmt: skip
-    image = config.get("image_size")
-    return Shapes(
-        sequence=sequence, past=past, encoder=sequence, side=int(image) if isinstance(image, int) else side, vocab=min(vocab, 100)
-    )
+        mels = int(config.get("num_mel_bins", 80))
+        return Shapes(sequence=sequence, past=past, encoder=positions, head=head, mels=mels, frames=2 * positions, vocab=vocab)
+    size = (processor or {}).get("size")
+    side = size.get("height", size.get("shortest_edge")) if isinstance(size, dict) else size
+    if not isinstance(side, int):
+        image = config.get("image_size")
+        side = image if isinstance(image, int) else 224
+    return Shapes(sequence=sequence, past=past, encoder=source, head=head, side=side, vocab=vocab)
 
 
 def dimension(name: str, shapes: Shapes) -> int:
@@ -70,6 +82,7 @@ def dimension(name: str, shapes: Shapes) -> int:
         return int(low)
     rules: tuple[tuple[tuple[str, ...], int], ...] = (
         (("batch",), shapes.batch),
+        (("kv_cache_dim", "head_size", "head_dim"), shapes.head),
         (("total",), shapes.past + shapes.sequence),
         (("encoder",), shapes.encoder),
         (("past",), shapes.past),

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # bench/, then Kiln's root
-from _architectures_setup import ARCHITECTURES, ROOT, SIDE, Architecture, cpu, ensure_optimum_venv, package_version  # noqa: E402
+from _architectures_setup import ARCHITECTURES, ROOT, Architecture, cpu, ensure_optimum_venv, package_version  # noqa: E402
 from _architectures_timing import first_error_line, interleaved, runner, shapes_for  # noqa: E402
 
 TOOLS = ("optimum", "kiln")
@@ -70,6 +70,8 @@ class Side:
     timing_error: str | None = None
     fp32_paths: list[str] = field(default_factory=list)
     int8_paths: list[str] = field(default_factory=list)
+    #: what the harness fed (batch, sequence, past, image side, mel bins and frames)
+    shapes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -194,14 +196,18 @@ def run_kiln(model: Path, work: Path, store: Path) -> Side:  # long: the run, th
     return side
 
 
-def time_side(side: Side, config: dict[str, Any], args: argparse.Namespace) -> None:
+def time_side(side: Side, model: Path, args: argparse.Namespace) -> None:
     """FP32 against INT8 of one tool, by the shared harness; a file the harness cannot run is the row's timing error."""
     if not (side.fp32_paths and side.int8_paths):
         return
     if len(side.fp32_paths) != len(side.int8_paths):
         side.timing_error = f"{len(side.fp32_paths)} FP32 files but {len(side.int8_paths)} INT8 files"
         return
-    shapes = shapes_for(config, sequence=args.sequence, past=args.past, side=SIDE)
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    processor_file = model / "preprocessor_config.json"
+    processor = json.loads(processor_file.read_text(encoding="utf-8")) if processor_file.is_file() else None
+    shapes = shapes_for(config, sequence=args.sequence, past=args.past, processor=processor, source=args.source)
+    side.shapes = asdict(shapes)
     try:
         fp32 = runner([Path(p) for p in side.fp32_paths], shapes, args.threads)
         int8 = runner([Path(p) for p in side.int8_paths], shapes, args.threads)
@@ -219,14 +225,13 @@ def bench_one(arch: Architecture, base: Path, store: Path, python: Path, isa: st
     model = work / "model"
     work.mkdir(parents=True, exist_ok=True)
     arch.build(model)
-    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
     row = Row(arch.name, arch.task)
     for tool in TOOLS:
         try:
             row.sides[tool] = run_optimum(arch, model, work, python, isa) if tool == "optimum" else run_kiln(model, work, store)
         except Exception as error:  # noqa: BLE001 - the bench records a tool it could not drive and goes on
             row.sides[tool] = Side(tool, error=f"bench: {type(error).__name__}: {error}", note=traceback.format_exc(limit=2))
-        time_side(row.sides[tool], config, args)
+        time_side(row.sides[tool], model, args)
     print_row(row)
     return row
 
@@ -240,6 +245,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
     parser.add_argument("--sequence", type=int, default=32, help="new tokens per pass (default 32)")
     parser.add_argument("--past", type=int, default=32, help="past key/value positions fed (default 32)")
+    parser.add_argument("--source", type=int, default=32, help="source tokens into T5's encoder (default 32)")
     parser.add_argument("--json", type=Path, help="results file (default: architectures.json in the work folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (models, exports, logs, Kiln's store)")
     parser.add_argument("--optimum-venv", type=Path, help="Optimum's environment (default ~/.cache/kiln-bench/optimum-venv-<hash>)")

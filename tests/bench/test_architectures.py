@@ -75,7 +75,12 @@ def test_dimensions_by_name_and_whisper_sizes() -> None:
     assert dimension("past_decoder_sequence_length + 1", shapes) == 4
     assert dimension("encoder_sequence_length_out", shapes) == 24
     assert dimension("total_sequence_length", shapes) == 7
+    assert dimension("kv_cache_dim", shapes_for({"hidden_size": 128, "num_attention_heads": 4, "head_dim": 16})) == 16
+    assert shapes_for({"hidden_size": 128, "num_attention_heads": 4}).head == 32
     assert dimension("batch_size", shapes) == 1 and dimension("decoder_sequence_length", shapes) == 4
+    convnext = {"model_type": "convnext", "image_size": 224}  # config.json's size is not the processor's
+    assert shapes_for(convnext, processor={"size": {"height": 64, "width": 64}}).side == 64
+    assert shapes_for(convnext).side == 224
 
 
 def test_interleaved_timing_gives_a_ratio_with_an_interval(tmp_path: Path) -> None:
