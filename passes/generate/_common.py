@@ -183,6 +183,25 @@ def decoder_facts(folder: Path) -> dict[str, Any]:
     }
 
 
+#: the block sizes ONNX Runtime's MatMulNBits kernels take (contrib_ops/cpu/quantization/matmul_nbits.cc:
+#: "Only block sizes 16, 32, 64, 128, and 256 are supported"); a model with another fails when opened
+MATMULNBITS_BLOCKS = (16, 32, 64, 128, 256)
+
+
+def unsupported_blocks(model_file: Path) -> dict[int, list[str]]:
+    """MatMulNBits nodes whose block_size ONNX Runtime cannot run, by block size (node names)."""
+    import onnx
+
+    found: dict[int, list[str]] = {}
+    for node in onnx.load(str(model_file), load_external_data=False).graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        block = next((int(a.i) for a in node.attribute if a.name == "block_size"), None)
+        if block is not None and block not in MATMULNBITS_BLOCKS:
+            found.setdefault(block, []).append(node.name)
+    return found
+
+
 class GenaiPass(OnnxPass):
     """Base of passes that write a ``genai`` folder: the ONNX checks, plus a genai_config.json
     that names the model file."""
@@ -197,3 +216,11 @@ class GenaiPass(OnnxPass):
         decoder = json.loads(config_file.read_text()).get("model", {}).get("decoder", {})
         if decoder.get("filename") != MODEL_FILE:
             raise ValueError(f"{GENAI_CONFIG} names the decoder file {decoder.get('filename')!r}, not {MODEL_FILE}")
+        blocks = unsupported_blocks(Path(result.model.path) / MODEL_FILE)
+        if blocks:
+            shown = "; ".join(f"block_size {size} in {len(names)} node(s), e.g. {names[0]}" for size, names in sorted(blocks.items()))
+            raise ValueError(
+                f"the model holds MatMulNBits that ONNX Runtime cannot open ({shown}): its kernels take block sizes "
+                f"{', '.join(map(str, MATMULNBITS_BLOCKS))}. A quantized checkpoint with group_size -1 (one group per row) "
+                "becomes a block of the whole row; quantize with group_size 32, 64 or 128 instead"
+            )

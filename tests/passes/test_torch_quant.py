@@ -103,7 +103,6 @@ def _decoder(family: str, seed: int = 0, layers: int = 2, **more: Any) -> tuple[
     config = getattr(transformers, cls)(
         vocab_size=len(tok),
         hidden_size=64,
-        intermediate_size=128,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -111,7 +110,7 @@ def _decoder(family: str, seed: int = 0, layers: int = 2, **more: Any) -> tuple[
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=0,
-        **{"tie_word_embeddings": False, **extra, **more},
+        **{"intermediate_size": 128, "tie_word_embeddings": False, **extra, **more},
     )
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval(), tok
@@ -254,6 +253,15 @@ def test_a_group_size_that_does_not_divide_is_refused() -> None:
     model, _ = _decoder("llama")
     with pytest.raises(ValueError, match="group_size 256 does not divide the 64 input features"):
         quantize_linear_layers(model, "rtn", 4, 256)
+
+
+def test_a_per_row_checkpoint_whose_rows_make_no_matmulnbits_block_is_refused_by_the_build(tmp_path: Path) -> None:
+    """group_size -1 on rows of 96 inputs: the builder writes block_size 96, which ONNX Runtime cannot open."""
+    model, tok = _decoder("llama", intermediate_size=96)
+    quantized = quantize_linear_layers(model, "rtn", 4, -1, False)
+    write_checkpoint(model, tok, tmp_path / "hf", quantized, bits=4, group_size=-1, sym=False, lm_head=False)
+    with pytest.raises(PassError, match=r"block_size 96 in 2 node\(s\).*block sizes 16, 32, 64, 128, 256.*group_size 32, 64 or 128"):
+        _build(tmp_path / "hf", tmp_path)
 
 
 def test_an_override_pattern_that_is_no_regex_is_refused() -> None:
