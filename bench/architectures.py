@@ -21,7 +21,8 @@ Both tools' files are then timed by the same code (bench/_architectures_timing.p
 sessions with ``--threads`` intra-op threads, synthetic feeds from each file's input signature
 (batch 1, 32 new tokens, 32 past positions, pixel inputs of the model's size, Whisper's mel
 features of its shape), warm-up runs, then FP32 and INT8 in interleaved rounds; the speedup is INT8
-over the same tool's FP32, the median of per-round ratios with a 95% bootstrap interval. A model
+over the same tool's FP32, the median of per-round ratios with a 95% bootstrap interval
+(``--sequence 1`` times one decode step of the generative models instead of a 32-token chunk). A model
 of several files is timed as one pass through each file, summed (Optimum's merged decoder is left
 out where the unmerged decoders it merges are there). A tool's failure is a row (its first error
 line and exit code), never a crash of the bench.
