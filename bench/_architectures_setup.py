@@ -14,21 +14,18 @@ passed through; the builders live in tests/, which is put on ``sys.path`` here.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _tool_venv import ensure_venv
+
 ROOT = Path(__file__).resolve().parents[1]
-CONSTRAINTS = ROOT / "constraints.txt"
 OPTIMUM_REQUIREMENTS = ("optimum-onnx==0.1.0", "transformers<4.58")
-DEFAULT_VENV_ROOT = Path.home() / ".cache" / "kiln-bench"
 HIDDEN = 128
 #: the image side of the vision models (their image processor's and ViT's config size)
 SIDE = 64
@@ -43,41 +40,9 @@ class Architecture:
     build: Callable[[Path], Path]
 
 
-def requirements_key() -> str:
-    """A hash of what the environment is built from: requirements, constraints, Python, Kiln's prefix."""
-    constraints = CONSTRAINTS.read_text(encoding="utf-8") if CONSTRAINTS.is_file() else ""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    text = "\n".join([*OPTIMUM_REQUIREMENTS, constraints, version, sys.prefix])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def python_of(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-
-
-def ensure_optimum_venv(venv: Path | None, log: Callable[[str], Any] = print) -> Path:
-    """The Python of Optimum's environment, built first unless its marker names this requirements hash."""
-    key = requirements_key()
-    venv = venv or DEFAULT_VENV_ROOT / f"optimum-venv-{key}"
-    marker = venv / "kiln-bench-optimum.json"
-    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("key") == key and python_of(venv).exists():
-        return python_of(venv)
-    log(f"building Optimum's environment in {venv} ({', '.join(OPTIMUM_REQUIREMENTS)}) ...")
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = python_of(venv)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    main_site = sysconfig.get_paths()["purelib"]
-    Path(site, "_kiln_main_environment.pth").write_text(f"import site; site.addsitedir({main_site!r})\n", encoding="utf-8")
-    command = [str(python), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), *OPTIMUM_REQUIREMENTS]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"installing optimum-onnx failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=False).stdout
-    marker.write_text(json.dumps({"key": key, "requirements": list(OPTIMUM_REQUIREMENTS), "freeze": freeze}, indent=2), encoding="utf-8")
-    return python
+def ensure_optimum_venv(venv: Path | None, log: Any = print) -> Path:
+    """The Python of Optimum's environment (bench/_tool_venv.py), built first unless its marker names this requirements hash."""
+    return ensure_venv("optimum", OPTIMUM_REQUIREMENTS, venv, log)
 
 
 def package_version(python: Path | str, package: str) -> str:

