@@ -7,14 +7,13 @@ workflows on the cluster runs the jobs they share once, on both nodes, and each 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
+from ray_cluster_helpers import SMALL, two_node_cluster
 
-from engine import registry
 from engine.execute.hooks import EventLog
 from engine.execute.ray_executor import RayExecutor
 from engine.report.emit import write_outputs
@@ -27,30 +26,12 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 pytestmark = pytest.mark.slow
-HERE = Path(__file__).parent
-PLUGINS = "passes:sleep=kiln_test_plugins:Sleep"
-SMALL = {"object_store_memory": 80 * 2**20}
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with pytest.MonkeyPatch.context() as patch:  # the test plugins reach the nodes' workers through their environment
-        patch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-        patch.setenv("KILN_PLUGINS", PLUGINS)
-        patch.syspath_prepend(str(HERE))
-        registry._index.cache_clear()
-        registry.load.cache_clear()
-        two = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, **SMALL})
-        try:
-            two.add_node(num_cpus=1, resources={"node_b": 1}, **SMALL)
-            ray.init(address=two.address, include_dashboard=False, log_to_driver=False)
-            two.wait_for_nodes()
-            yield two
-        finally:
-            ray.shutdown()
-            two.shutdown()
-    registry._index.cache_clear()
-    registry.load.cache_clear()
+    with two_node_cluster() as two:
+        yield two
 
 
 def _run(tmp_path: Path, workflow: dict[str, Any], workers: int = 2) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:

@@ -13,15 +13,14 @@ once the driver has checked its target in it (``engine.run.prepare``), and back 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_helpers import tiny_workflow, write_workflow
+from ray_cluster_helpers import two_node_cluster
 
-from engine import registry
 from engine.core.config import EnvironmentSpec
 from engine.execute.environments import MARKER
 from engine.execute.hooks import EventLog
@@ -35,8 +34,6 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 pytestmark = pytest.mark.slow
-HERE = Path(__file__).parent
-SMALL = {"object_store_memory": 80 * 2**20}
 SIX = EnvironmentSpec(requirements=["six==1.16.0"])  # pure Python, not in the main environment
 
 
@@ -49,24 +46,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def cluster(folders: dict[str, Path]) -> Iterator[Any]:
-    with pytest.MonkeyPatch.context() as patch:  # the test plugins reach the nodes' workers through their environment
-        patch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-        patch.setenv("KILN_PLUGINS", "passes:sleep=kiln_test_plugins:Sleep")
-        patch.setenv("KILN_ENVS_DIR", str(folders["driver"]))  # the driver's, which the head node inherits
-        patch.syspath_prepend(str(HERE))
-        registry._index.cache_clear()
-        registry.load.cache_clear()
-        two = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, **SMALL})
-        try:
-            two.add_node(num_cpus=1, resources={"node_b": 1}, env_vars={"KILN_ENVS_DIR": str(folders["node_b"])}, **SMALL)
-            ray.init(address=two.address, include_dashboard=False, log_to_driver=False)
-            two.wait_for_nodes()
-            yield two
-        finally:
-            ray.shutdown()
-            two.shutdown()
-    registry._index.cache_clear()
-    registry.load.cache_clear()
+    # the driver's folder, which the head node inherits; node_b's own through its raylet's environment
+    with two_node_cluster(env={"KILN_ENVS_DIR": str(folders["driver"])}, node_b_env={"KILN_ENVS_DIR": str(folders["node_b"])}) as two:
+        yield two
 
 
 def _workflow(tiny_onnx: Path) -> dict[str, Any]:
