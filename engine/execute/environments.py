@@ -231,8 +231,8 @@ def ensure(spec: EnvironmentSpec, root: Path, hooks: Any = None, pins: dict[str,
     if marker is not None:
         return _built(spec, folder, marker)
     root.mkdir(parents=True, exist_ok=True)
-    with job_lock(root / ".locks", key, BUILD_TIMEOUT_S) as waited:
-        marker = read_marker(spec, folder) if waited else None
+    with job_lock(root / ".locks", key, BUILD_TIMEOUT_S):
+        marker = read_marker(spec, folder)  # again under the lock: another run may have built it and let go since the first look
         if marker is None:
             log.info("building environment %s (%s)…", key[:12], _describe(spec))
             if hooks is not None:

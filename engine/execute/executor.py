@@ -227,8 +227,11 @@ class LocalExecutor:
         """Run ``job`` in a worker, unless another run sharing the store is building the same
         key: then wait for it and return its record. ``alone``: a timing job, which the gate lets
         run with no other job beside it; no idle worker may be importing beside it either."""
-        with job_lock(self.store.root / "locks", job.key, timeout_s) as waited:
-            record = self.store.lookup(job.key) if waited else None
+        with job_lock(self.store.root / "locks", job.key, timeout_s):
+            # looked up again under the lock, waited or not: another run may have built the key and let
+            # its lock go between this run's first look and now (a timing job waits at the gate in
+            # between), and then the lock is taken at once, with nothing to say it was ever held
+            record = self.store.lookup(job.key)
             if record is not None:
                 return Outcome(ok=True, record=record, shared=True)
             self._where.node = None

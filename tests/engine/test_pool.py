@@ -15,6 +15,7 @@ from engine_helpers import make_tiny_encoder
 
 from engine import registry
 from engine.core.artifact import ModelArtifact
+from engine.core.hashing import sha256_json
 from engine.execute.executor import LocalExecutor
 from engine.execute.pool import preload_modules
 from engine.plan.jobs import WorkOrder
@@ -292,3 +293,18 @@ def test_a_job_sent_right_after_another_is_not_kept_waiting_by_a_preload(executo
     began = float(stamps.read_text().split()[0]) if stamps.is_file() else None
     assert len(executor.pool()._all) == 1  # both ran in it
     assert began is None or began >= second.record["details"]["slept"][0]  # the second job went first
+
+
+def test_a_key_built_and_let_go_since_the_runs_first_look_is_served_not_built_again(executor, model):
+    """Run B looked the key up (a miss), then waited at the gate while run A built it, published it
+    and let its lock go: B then takes the lock at once, never having waited, and must still find
+    A's record under it instead of building the key a second time."""
+    key_doc = {"job": "let go", "nonce": uuid.uuid4().hex}  # a key the store can check against its document
+    job = WorkOrder(
+        kind="pass", key=sha256_json(key_doc), key_doc=key_doc, plugin="pid", config={"tag": "once"}, step_id="pid", model=model
+    )
+    first = executor.run(job)  # run A: built and published, its lock let go
+    again = executor.run(job)  # run B, arriving late with the same key
+    assert first.ok and not first.shared
+    assert again.ok and again.shared and again.record is not None and first.record is not None
+    assert again.record["digest"] == first.record["digest"] and again.record["details"] == first.record["details"]
