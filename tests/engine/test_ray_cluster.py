@@ -51,8 +51,12 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def test_jobs_land_on_both_nodes_and_timing_holds_only_its_own(tmp_path, tiny_onnx, cluster):
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
-    # a short pass and a long one: the short one's latency is measured while the long one sleeps
-    workflow["steps"] = [{"id": "a", "pass": "sleep", "config": {"seconds": 0.2}}, {"id": "b", "pass": "sleep", "config": {"seconds": 6.0}}]
+    # a short pass and a long one: the short one's latency is measured while the long one sleeps (long enough that
+    # the other node's worker starts and measures within it on a loaded 2-core host: 6 s was not, once in CI)
+    workflow["steps"] = [
+        {"id": "a", "pass": "sleep", "config": {"seconds": 0.2}},
+        {"id": "b", "pass": "sleep", "config": {"seconds": 20.0}},
+    ]
     workflow["evaluate"] = [
         {"id": "size", "evaluator": "size"},
         {
