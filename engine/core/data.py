@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from engine.core.config import StrictConfig
 from engine.core.errors import InputError, Problem
@@ -104,13 +104,16 @@ class Split(StrictConfig):
     """Which part of a dataset to keep. ``complement: true`` keeps exactly the other samples, so
     two datasets over the same source (calibration and evaluation, say) never overlap."""
 
-    take: Literal["first", "last", "fraction"] = Field(
+    take: Literal["first", "last", "range", "fraction"] = Field(
         description=(
             "`first`: the first `count` samples in the source's order; `last`: the last `count`; "
-            "`fraction`: a random `fraction` of the samples drawn with `seed`, kept in the source's order."
+            "`range`: the `count` samples from index `start` on (between a `first` and a `last` split of the "
+            "same source, say); `fraction`: a random `fraction` of the samples drawn with `seed`, kept in the "
+            "source's order."
         )
     )
-    count: int | None = Field(default=None, ge=1, description="How many samples `first` and `last` take; not used by `fraction`.")
+    count: int | None = Field(default=None, ge=1, description="How many samples `first`, `last` and `range` take; not used by `fraction`.")
+    start: int | None = Field(default=None, ge=0, description="The index (from 0) of the first sample `range` takes; only for `range`.")
     fraction: float | None = Field(
         default=None, gt=0.0, lt=1.0, description="The share of samples `fraction` takes, in (0, 1); rounded to the nearest count."
     )
@@ -128,6 +131,8 @@ class Split(StrictConfig):
 
     @model_validator(mode="after")
     def _check(self) -> Split:
+        if (self.take == "range") != (self.start is not None):
+            raise ValueError("take: range needs `start` (an index from 0); `start` is only for take: range")
         if self.take == "fraction":
             if self.fraction is None or self.count is not None:
                 raise ValueError("take: fraction needs `fraction` (in (0, 1)) and no `count`")
@@ -143,20 +148,34 @@ class Split(StrictConfig):
             order = np.random.default_rng(self.seed).permutation(total)
             return np.sort(order[:count])
         assert self.count is not None
+        if self.take == "range":
+            assert self.start is not None
+            return np.arange(self.start, min(self.start + self.count, total))
         count = min(self.count, total)
         return np.arange(count) if self.take == "first" else np.arange(total - count, total)
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every field, but `start` only where it is set: it came after splits' keys were first
+        recorded, and a split written before it keeps its key (and its cached datasets)."""
+        doc: dict[str, Any] = handler(self)
+        if doc.get("start") is None:
+            doc.pop("start", None)
+        return doc
+
     def indices(self, total: int) -> np.ndarray:
         """Sorted indices of the samples kept out of ``total``; an empty part is an InputError."""
-        if self.take != "fraction" and self.count is not None and self.count > total:
+        end = (self.start or 0) + (self.count or 0)
+        if self.take != "fraction" and end > total:
+            took = f"samples {self.start} to {end - 1}" if self.take == "range" else f"the {self.take} {self.count} samples"
             raise InputError(
                 [
                     Problem(
                         where="split.count",
-                        message=f"the split takes the {self.take} {self.count} samples but the dataset has only {total}",
-                        expected=f"a count below {total}",
-                        given=str(self.count),
-                        hint="lower `count`, or use `take: fraction`",
+                        message=f"the split takes {took} but the dataset has only {total}",
+                        expected=f"a {'start + count' if self.take == 'range' else 'count'} of at most {total}",
+                        given=str(end if self.take == "range" else self.count),
+                        hint="lower `count`" + (" or `start`" if self.take == "range" else ", or use `take: fraction`"),
                     )
                 ]
             )
@@ -187,7 +206,8 @@ class DataSourceConfig(StrictConfig):
     split: Split | None = Field(
         default=None,
         description=(
-            "Keep only part of the samples, after the source has read them: {take: first|last, count: N} or "
+            "Keep only part of the samples, after the source has read them: {take: first|last, count: N}, "
+            "{take: range, start: I, count: N} or "
             "{take: fraction, fraction: 0.2, seed: 0}; add `complement: true` for exactly the other samples "
             "(e.g. calibration = first 100, evaluation = the complement of the same split). Omit for all samples."
         ),

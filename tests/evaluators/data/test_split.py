@@ -192,3 +192,35 @@ def test_the_worker_splits_signature_sources_too() -> None:
     assert len(data) == 4
     assert np.array_equal(data.inputs["x"], whole.inputs["x"][6:])
     assert json.loads(json.dumps(data.meta))["split"]["take"] == "last"
+
+
+def test_a_range_takes_count_samples_from_start_and_its_complement_the_rest() -> None:
+    data = numbered(10)
+    assert data.apply_split(split(take="range", start=3, count=4)).inputs["y"].tolist() == [3, 4, 5, 6]
+    assert data.apply_split(split(take="range", start=3, count=4, complement=True)).inputs["y"].tolist() == [0, 1, 2, 7, 8, 9]
+    # between a `first` and a `last` split of the same source, overlapping neither
+    head = set(data.apply_split(split(take="first", count=3)).inputs["y"])
+    tail = set(data.apply_split(split(take="last", count=3)).inputs["y"])
+    assert not (head | tail) & set(data.apply_split(split(take="range", start=3, count=4)).inputs["y"])
+
+
+def test_a_range_past_the_end_names_the_samples_it_wanted() -> None:
+    with pytest.raises(InputError, match="samples 8 to 11 but the dataset has only 10") as caught:
+        numbered(10).apply_split(split(take="range", start=8, count=4))
+    assert "start" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "options", [{"take": "range", "count": 3}, {"take": "first", "count": 3, "start": 2}, {"take": "range", "start": -1, "count": 2}]
+)
+def test_start_belongs_to_range_alone(options: dict[str, object]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        split(**options)
+
+
+def test_a_split_without_start_keeps_the_key_document_it_had() -> None:
+    """`start` came later: splits written before it dump (and so key) exactly as they did."""
+    config = Npz.Config(source="npz", path="x.npz", split={"take": "first", "count": 2})  # type: ignore[arg-type]
+    assert config.to_json()["split"] == {"take": "first", "count": 2, "fraction": None, "seed": 0, "complement": False}
+    ranged = Npz.Config(source="npz", path="x.npz", split={"take": "range", "start": 4, "count": 2})  # type: ignore[arg-type]
+    assert ranged.to_json()["split"]["start"] == 4
