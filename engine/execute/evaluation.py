@@ -44,15 +44,16 @@ def evaluate(
     measure: Measure,
     reference_model: ModelArtifact | None = None,  # the reference's model, made but not measured (search.reference: false)
 ) -> None:
-    """Measure ``result``'s model with ``specs`` in order. Timing is skipped once a cheap figure
-    already breaks a constraint (unless the search times infeasible candidates too); the first
-    evaluation that cannot run or fails ends the candidate as failed."""
+    """Measure ``result``'s model with ``specs`` in order. Once a figure breaks a constraint the
+    candidate cannot be chosen, so what is left is not measured: not timed, nor judged on another
+    dataset (unless the search times infeasible candidates too); the first evaluation that cannot
+    run or fails ends the candidate as failed."""
     if result.candidate.reference:
         reference_model = None
     elif reference is not None and reference.state == "complete":
         reference_model = reference.model
-    for spec in specs:
-        if spec.timing and not resolved.spec.search.time_infeasible:
+    for index, spec in enumerate(specs):
+        if index and not resolved.spec.search.time_infeasible:
             broken = cheap_violations(resolved, result, reference)
             if broken:
                 result.untimed, result.violations = True, broken

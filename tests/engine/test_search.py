@@ -97,6 +97,29 @@ def test_untimed_when_a_cheap_metric_already_breaks_a_constraint(tmp_path, tiny_
     assert "latency.p50_ms" in report.results[0].metrics
 
 
+def test_a_candidate_that_breaks_a_constraint_is_not_measured_further_unless_asked(tmp_path, tiny_onnx):
+    """A second fidelity dataset after the one that broke the bar is skipped (it cannot make the
+    candidate choosable); with ``time_infeasible: true`` every evaluation runs."""
+    for time_infeasible in (False, True):
+        workflow = tiny_workflow(tiny_onnx, search={"time_infeasible": time_infeasible})
+        workflow["data"]["again"] = {**workflow["data"]["rows"], "seed": 1}
+        workflow["evaluate"].insert(1, {"id": "again", "evaluator": "fidelity", "config": {"data": "again"}})
+        workflow["select"]["constraints"] = [
+            {"metric": "fidelity.cosine_mean", "min": 0.99999999},
+            {"metric": "again.cosine_mean", "min": 0.5},
+        ]
+        folder = tmp_path / str(time_infeasible)
+        report = run_workflow(load_workflow(write_workflow(folder, workflow)), Store(folder / "store"))
+        quantized = [r for r in report.results if not r.candidate.reference]
+        assert quantized and all(r.feasible is False for r in quantized)
+        assert all("fidelity.cosine_mean" in r.metrics for r in quantized)
+        measured_again = ["again.cosine_mean" in r.metrics for r in quantized]
+        assert measured_again == [time_infeasible] * len(quantized)
+        assert all(("latency.p50_ms" in r.metrics) is time_infeasible for r in quantized)
+        assert all(any("fidelity.cosine_mean" in v for v in r.violations) for r in quantized)
+        assert "again.cosine_mean" in report.results[0].metrics  # the reference is measured by every evaluation
+
+
 def test_a_failed_job_prunes_the_candidates_that_share_it(tmp_path, tiny_onnx, test_plugins):
     workflow = tiny_workflow(tiny_onnx)
     workflow["steps"] = [
