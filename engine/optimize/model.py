@@ -156,10 +156,16 @@ def _from_config(config: dict[str, Any], spec: dict[str, Any], name: str, task: 
     tokenizer = _tokenizer(folder)
     positions = config.get("max_position_embeddings") or config.get("n_positions")
     max_length = min(128, positions) if isinstance(positions, int) and positions > 2 else 128
-    vocab = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
+    vocab = _stated_vocab(config)
     kind = "decoder" if task == "text-generation" else "encoder"
     described = f"a {'decoder (causal LM)' if kind == 'decoder' else 'text encoder'}: {shown}"
     return ModelFacts(spec, name, kind, described, task, tokenizer, max_length, vocab)
+
+
+def _stated_vocab(config: dict[str, Any]) -> int | None:
+    """The vocabulary size config.json states (synthetic ids are drawn below it), when it is a number."""
+    vocab = config.get("vocab_size")
+    return vocab if isinstance(vocab, int) else None
 
 
 def _tokenizer(folder: Path | None) -> str | None:
@@ -184,7 +190,7 @@ def _seq2seq(
         right = "automatic-speech-recognition" if audio else "text2text-generation"
         raise _bad(f"--task {task} does not fit this model ({shown})", given, expected=right, hint="leave out --task")
     tokenizer = None if audio else _tokenizer(folder)
-    vocab = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
+    vocab = _stated_vocab(config)
     what = "speech recognition" if audio else "text to text"
     return ModelFacts(spec, name, "seq2seq", f"an encoder-decoder model ({what}): {shown}", task, tokenizer, 128, vocab)
 
