@@ -58,11 +58,13 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     assert static_all["metrics"]["fidelity.cosine_mean"] < 0.8 and static_all["feasible"] is False
     fused = records["export → fuse"]["steps"][1]["details"]
     assert fused["fused_operators"]["Attention"] == 6
-    # fidelity is judged on its lower bound over the held-out lines, and every candidate says why it won or lost
+    # fidelity is judged on its lower bound over the held-out lines and the long paragraphs, and
+    # every candidate says why it won or lost
     for record in records.values():
-        interval = record["intervals"].get("fidelity.cosine_mean")
-        if interval is not None and record["feasible"]:
-            assert interval["low"] >= 0.99
+        for metric in ("fidelity.cosine_mean", "fidelity_long.cosine_mean"):
+            interval = record["intervals"].get(metric)
+            if record["feasible"] and not record["reference"]:
+                assert interval is not None and interval["low"] >= 0.99
         assert record["verdict"] or record["violations"]
     # the workflow wins on an AVX2-only CPU and on one with AVX-512 VNNI: a model faster than FP32
     # beyond the timing's interval, meeting the bar on its lower bound
