@@ -15,6 +15,7 @@ from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.core.errors import KilnError
 from engine.core.refs import without_markers
+from engine.core.stats import Interval
 from engine.execute.hooks import Hooks
 from engine.plan.jobs import PassSpec
 from engine.report.plan_status import BLOCKED, HIT, MISS, PlanStatus
@@ -241,9 +242,22 @@ def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult],
             ratios.append(f"{paired_speedup(best, paired)} vs its own reference")  # the paired figure, as in the table
         elif result.candidate.reference and objective in result.metrics and result.metrics[objective]:
             ref = result.metrics[objective]
-            ratio = ref / value if goal == "min" else value / ref
-            ratios.append(f"{number(ratio)}x vs {result.candidate.target}'s reference ({objective} {_num(ref)})")
+            apart = ratio_apart(value, best.intervals.get(objective), ref, result.intervals.get(objective), goal)
+            ratios.append(f"{apart} vs {result.candidate.target}'s reference ({objective} {_num(ref)})")
     console.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
+
+
+def ratio_apart(value: float, interval: Interval | None, ref: float, ref_interval: Interval | None, goal: str) -> str:
+    """``value`` against ``ref``, measured at different times (no paired rounds to bootstrap): the
+    ratio and the bounds the two intervals allow, end against end; without both, the ratio alone."""
+    ratio = ref / value if goal == "min" else value / ref
+    if interval is None or ref_interval is None or min(interval.low, ref_interval.low) <= 0:
+        return f"{number(ratio)}x (timed apart)"
+    if goal == "min":
+        low, high = ref_interval.low / interval.high, ref_interval.high / interval.low
+    else:
+        low, high = interval.low / ref_interval.high, interval.high / ref_interval.low
+    return f"{number(ratio)}x [{number(low)}, {number(high)}] (timed apart)"
 
 
 def print_plan(status: PlanStatus, explain_misses: bool = False) -> None:

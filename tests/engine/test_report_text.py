@@ -152,3 +152,16 @@ def test_the_table_shows_each_candidate_in_the_state_candidates_json_gives_it(tm
     assert "ok" not in shown.values()
     rendered = _text(table)
     assert rendered.count("pruned") >= 2 and "failed" in rendered
+
+
+def test_a_ratio_of_figures_timed_apart_carries_the_bounds_of_both_intervals() -> None:
+    """Across targets nothing is interleaved: the ratio is bounded end against end, and says so."""
+    from engine.report.report import ratio_apart
+
+    best = Interval(5.0, 4.8, 5.5, 0.95)  # p50 ms of the best, goal min
+    other = Interval(20.0, 19.0, 22.0, 0.95)  # p50 ms of another target's reference
+    text = ratio_apart(5.0, best, 20.0, other, "min")
+    assert text == f"{display.number(4.0)}x [{display.number(19.0 / 5.5)}, {display.number(22.0 / 4.8)}] (timed apart)"
+    throughput = ratio_apart(200.0, Interval(200.0, 190.0, 210.0, 0.95), 50.0, Interval(50.0, 45.0, 55.0, 0.95), "max")
+    assert throughput.startswith(f"{display.number(4.0)}x [{display.number(190 / 55)}, {display.number(210 / 45)}]")
+    assert ratio_apart(5.0, None, 20.0, other, "min") == f"{display.number(4.0)}x (timed apart)"
