@@ -63,8 +63,9 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     for record in records.values():
         for metric in ("fidelity.cosine_mean", "fidelity_long.cosine_mean"):
             interval = record["intervals"].get(metric)
-            if record["feasible"] and not record["reference"]:
-                assert interval is not None and interval["low"] >= 0.99
+            if record["feasible"]:
+                assert interval is not None or record["reference"]  # every candidate is judged on both texts
+                assert interval is None or interval["low"] >= 0.99
         assert record["verdict"] or record["violations"]
     # the workflow wins on an AVX2-only CPU and on one with AVX-512 VNNI: a model faster than FP32
     # beyond the timing's interval, meeting the bar on its lower bound
