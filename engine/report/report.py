@@ -18,10 +18,12 @@ from engine.core.refs import without_markers
 from engine.core.stats import Interval
 from engine.execute.hooks import Hooks
 from engine.plan.jobs import PassSpec
+from engine.report.candidates_table import candidates_table as _candidates_table  # noqa: F401 (tests read it here)
+from engine.report.candidates_table import paired_speedup, print_candidates, unbounded
 from engine.report.plan_status import BLOCKED, HIT, MISS, PlanStatus
 from engine.select.results import CandidateResult, RunReport
 from engine.select.select import paired_metric, under_load
-from engine.text.display import flag, natural_key, number, space_text, speedup
+from engine.text.display import flag, number, space_text
 from engine.text.terminal import make_console
 from engine.text.typetext import type_text
 
@@ -38,7 +40,8 @@ class Progress(Hooks):
 
     def _line(self, text: str) -> None:
         if not self.quiet:
-            console.print(f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim] {text}")
+            # a line each: wrapped on a terminal only (a CI log or a file keeps every line whole)
+            console.print(f"[dim]{time.perf_counter() - self.started:7.1f}s[/dim] {text}", soft_wrap=not console.is_terminal)
 
     def study_opened(self, target: str, study: str, note: str) -> None:
         self._line(f"{escape(target)}: the search {escape(note)}")
@@ -91,142 +94,72 @@ def _num(value: float | None) -> str:
     return number(value)
 
 
-def _state(result: CandidateResult) -> str:
-    """The candidate's state as candidates.json writes it (complete, failed, pruned, pending), a
-    complete one marked chosen or rejected by the selection."""
-    state = str(result.state)
-    if result.state == "failed":
-        return f"[red]{state}[/red]"
-    if result.state != "complete":
-        return f"[yellow]{state}[/yellow]"
-    if result.chosen:
-        return f"[bold green]{state} ★ chosen[/bold green]"
-    if result.feasible is False:
-        return f"{state} [yellow]rejected[/yellow]"
-    return state
-
-
-def _with_interval(result: CandidateResult, metric: str) -> str:
-    text = _num(result.metrics.get(metric))
-    interval = result.intervals.get(metric)
-    if interval is not None and interval.low != interval.high:
-        text += f" [dim][{_num(interval.low)}, {_num(interval.high)}][/dim]"
-    return text
-
-
-def paired_speedup(result: CandidateResult, paired: str) -> str:
-    """The candidate's one speedup: the paired figure (timed round by round against the
-    reference) with its interval; ``—`` where it was not measured."""
-    interval = result.intervals.get(paired)
-    if interval is None:
-        return speedup(result.metrics.get(paired))
-    return speedup(result.metrics.get(paired), interval.low, interval.high)
-
-
-def _vs_reference(result: CandidateResult, ref: CandidateResult | None, objective: str, goal: str, paired: str | None) -> str:
-    """The candidate against its target's reference: where the objective's evaluator measures a
-    paired speedup, that one (never a ratio of separately measured times beside it); else the
-    ratio of the two objective values."""
-    if paired:
-        return paired_speedup(result, paired)
-    value = result.metrics.get(objective)
-    ref_value = ref.metrics.get(objective) if ref else None
-    if value and ref_value:
-        return f"{(ref_value / value if goal == 'min' else value / ref_value):.2f}x"
-    return "—"
-
-
-def _candidates_table(report: RunReport) -> Table:
-    spec = report.resolved.spec.select
-    objective = spec.primary.metric
-    columns = [objective] + [c.metric for c in spec.constraints if c.metric != objective]
-    table = Table(title=f"{report.resolved.name}: candidates", title_justify="left")
-    for name in ("target", "#", "path", "state", *columns):
-        table.add_column(name, justify="right" if name in columns else "left", overflow="fold")
-    table.add_column("vs reference", justify="right", overflow="fold")
-    table.add_column("why", overflow="fold")
-    paired = paired_metric(report.resolved, objective)
-    for target in report.resolved.targets:
-        rows = sorted((r for r in report.results if r.candidate.target == target), key=lambda r: natural_key(r.candidate.id))
-        ref = next((r for r in rows if r.candidate.reference), None)
-        for result in rows:
-            why = "; ".join(result.violations) if result.violations else (result.verdict or _first_line(result.reason))
-            label = result.label + (" [dim](reference)[/dim]" if result.candidate.reference else "")
-            table.add_row(
-                target,
-                result.candidate.id.split("/")[-1],
-                label,
-                _state(result),
-                *(_with_interval(result, c) for c in columns),
-                _vs_reference(result, ref, objective, spec.primary.goal, paired),
-                why,
-            )
-    return table
-
-
 def print_summary(report: RunReport) -> None:
+    """The run's summary on the console: on a terminal fitted to its width; written to a file or
+    a pipe, every line whole (the table one line per candidate: engine.report.candidates_table)."""
     spec = report.resolved.spec.select
     objective = spec.primary.metric
-    console.print(_candidates_table(report))
+    out = console if console.is_terminal else unbounded(console)
+    print_candidates(console, report)
     if spec.confidence is not None:
-        console.print(
+        out.print(
             f"[dim]intervals: {spec.confidence:.0%} bootstrap; constraints judged on the pessimistic bound, "
             "overlapping objective intervals are ties[/dim]"
         )
-    _print_load(report)
+    _print_load(out, report)
     for target, why in report.plan.skipped_targets.items():
-        console.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
+        out.print(f"[yellow]target {target} SKIPPED[/yellow]: {why}")
     for note in report.plan.dropped:
-        console.print(f"[dim]note: {note}[/dim]")
+        out.print(f"[dim]note: {note}[/dim]")
     stats = report.stats
-    console.print(
+    out.print(
         f"passes: {stats.passes_run} run ({stats.pass_seconds:.1f} s), {stats.passes_cached} cached · "
         f"evaluations: {stats.evals_run} run ({stats.eval_seconds:.1f} s), {stats.evals_cached} cached · "
         f"datasets: {stats.datasets_run} read, {stats.datasets_cached} cached · wall {report.wall_s:.1f} s"
     )
     failed = [r for r in report.results if r.state == "failed"]
     if failed:
-        console.print(f"[red]{len(failed)} candidate(s) failed:[/red]")
+        out.print(f"[red]{len(failed)} candidate(s) failed:[/red]")
         for result in failed:
-            console.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
+            out.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
     chosen = report.chosen()
-    _print_across_targets(report, chosen, objective, spec.primary.goal)
+    _print_across_targets(out, report, chosen, objective, spec.primary.goal)
     for target in report.resolved.targets:
         if target in chosen:
             where = report.output_dir / target / "model" if report.output_dir else "(not written)"
-            console.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
+            out.print(f"[bold]chosen for {target}[/bold]: {chosen[target].label} → {where}")
             if chosen[target].verdict:
-                console.print(f"  [dim]why: {chosen[target].verdict}[/dim]")
+                out.print(f"  [dim]why: {chosen[target].verdict}[/dim]")
             if len(spec.objectives) > 1:
                 front = [f"#{r.candidate.id.split('/')[-1]}" for r in report.results if r.candidate.target == target and r.pareto]
-                console.print(f"  Pareto front on {', '.join(o.metric for o in spec.objectives)}: {', '.join(front)}")
+                out.print(f"  Pareto front on {', '.join(o.metric for o in spec.objectives)}: {', '.join(front)}")
             if report.output_dir and (report.output_dir / target / "inference_settings.json").is_file():
                 runs_it = " · inference.py opens it that way" if (report.output_dir / target / "inference.py").is_file() else ""
-                console.print(f"  [dim]run it as measured: {report.output_dir / target / 'inference_settings.json'}{runs_it}[/dim]")
+                out.print(f"  [dim]run it as measured: {report.output_dir / target / 'inference_settings.json'}{runs_it}[/dim]")
         elif target not in report.plan.skipped_targets:
-            console.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
+            out.print(f"[red]no candidate for {target} completed and met the constraints[/red]")
     if report.output_dir:
-        console.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
+        out.print(f"records: {report.output_dir / 'candidates.json'}, {report.output_dir / 'workflow.lock.json'}")
         if (report.output_dir / "report.html").is_file():
-            console.print(f"report: {report.output_dir / 'report.html'} (one file: open it in a browser)")
+            out.print(f"report: {report.output_dir / 'report.html'} (one file: open it in a browser)")
 
 
-def _print_load(report: RunReport) -> None:
+def _print_load(out: Console, report: RunReport) -> None:
     """Say which timings kept rounds taken while other processes kept the machine busy."""
     loaded = [(r, eval_id, noise) for r in report.results for eval_id, noise in under_load(r).items()]
     if not loaded:
         return
-    console.print(f"[yellow]{len(loaded)} timing(s) were measured under load[/yellow] (other processes kept the machine busy):")
+    out.print(f"[yellow]{len(loaded)} timing(s) were measured under load[/yellow] (other processes kept the machine busy):")
     for result, eval_id, noise in loaded:
         width = noise.get("interval_half_width")
         spread = f", interval ±{width:.1%}" if isinstance(width, float) else ""
-        console.print(
+        out.print(
             f"  {result.candidate.id} {eval_id}: others used {noise['others_cores_mean']:.2f} cores on average "
             f"(max {noise['others_cores_max']:.2f}), {noise['busy_rounds_kept']} busy round(s) kept{spread}"
         )
 
 
-def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult], objective: str, goal: str) -> None:
+def _print_across_targets(out: Console, report: RunReport, chosen: dict[str, CandidateResult], objective: str, goal: str) -> None:
     """With several targets: the best choice overall, against every target's reference."""
     if len(chosen) < 2:
         return
@@ -244,7 +177,7 @@ def _print_across_targets(report: RunReport, chosen: dict[str, CandidateResult],
             ref = result.metrics[objective]
             apart = ratio_apart(value, best.intervals.get(objective), ref, result.intervals.get(objective), goal)
             ratios.append(f"{apart} vs {result.candidate.target}'s reference ({objective} {_num(ref)})")
-    console.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
+    out.print(f"[bold]best across targets[/bold]: {best_target}: {best.label} ({objective} {_num(value)}) · " + ", ".join(ratios))
 
 
 def ratio_apart(value: float, interval: Interval | None, ref: float, ref_interval: Interval | None, goal: str) -> str:

@@ -165,3 +165,61 @@ def test_a_ratio_of_figures_timed_apart_carries_the_bounds_of_both_intervals() -
     throughput = ratio_apart(200.0, Interval(200.0, 190.0, 210.0, 0.95), 50.0, Interval(50.0, 45.0, 55.0, 0.95), "max")
     assert throughput.startswith(f"{display.number(4.0)}x [{display.number(190 / 55)}, {display.number(210 / 45)}]")
     assert ratio_apart(5.0, None, 20.0, other, "min") == f"{display.number(4.0)}x (timed apart)"
+
+
+def test_a_run_written_to_a_file_shows_one_whole_line_per_candidate(tmp_path, tiny_onnx) -> None:
+    """Piped or written to a file (a CI log), the candidate table is laid out at the width its
+    content needs, whatever COLUMNS says: one line per candidate, every cell whole. It used to be
+    laid out at 100 columns with every cell wrapped to a few characters, words cut mid-token."""
+    import json
+    import os
+    import subprocess
+
+    from engine_helpers import engine_cmd, tiny_workflow, write_workflow
+
+    path = write_workflow(tmp_path, tiny_workflow(tiny_onnx))
+    log = tmp_path / "run.log"
+    with log.open("w") as stdout:
+        done = subprocess.run(
+            [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env={**os.environ, "COLUMNS": "80"},  # as readline exports it: not the width of a file
+        )
+    assert done.returncode == 0, done.stderr
+    lines = log.read_text(encoding="utf-8").splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    bottom = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    width = len(lines[top])
+    assert lines[top - 1] == "tiny: candidates" and width > 80
+    rows = [line for line in lines[top + 3 : bottom]]
+    records = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    assert len(rows) == len(records) == 3, "\n".join(lines[top:bottom])
+    assert all(len(line) <= width for line in lines[top : bottom + 1])
+    for record, row in zip(sorted(records, key=lambda r: r["id"]), rows, strict=True):
+        cells = [cell.strip() for cell in row.strip("│").split("│")]
+        assert cells[1] == record["id"].split("/")[-1] and cells[2].startswith(record["path"])
+        assert cells[-1] == record["verdict"]  # the whole verdict in its one cell
+    passes = next(line for line in lines if line.startswith("passes: "))
+    assert passes.endswith(" s") and "wall" in passes  # the lines below the table are whole too
+
+
+def test_on_a_terminal_the_summary_table_still_fits_its_width(tmp_path, tiny_onnx, ref, monkeypatch) -> None:  # noqa: F811
+    """The terminal rendering is unchanged: the table is fitted to the terminal's width."""
+    from engine.report import report as report_module
+
+    resolved = resolved_with(tmp_path, tiny_onnx)
+    results = [ref, *(result(tmp_path, n, speedup=[0.8] * 4, cosines=[1.0] * 32) for n in (1, 2))]
+    select(resolved, results)
+    run = SimpleNamespace(resolved=resolved, results=results)
+    screen = io.StringIO()
+    terminal = Console(file=screen, width=90, force_terminal=True, color_system=None, highlight=False)
+    monkeypatch.setattr(report_module, "console", terminal)
+    from engine.report.candidates_table import print_candidates
+
+    print_candidates(terminal, run)
+    shown = screen.getvalue()
+    assert shown == _text(_candidates_table(run), width=90)
+    assert max(len(line) for line in shown.splitlines()) <= 90 and len(shown.splitlines()) > len(results) + 4  # cells wrap
