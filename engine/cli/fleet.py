@@ -53,6 +53,18 @@ def run_command(args: argparse.Namespace, run_one: Callable[[argparse.Namespace]
     if len(files) == 1 and not args.workflow[0].is_dir():
         args.workflow = files[0]
         return run_one(args)
+    if getattr(args, "summary", None) is not None:
+        raise InputError(
+            [
+                Problem(
+                    where="--summary",
+                    message="takes the run of one workflow; a fleet is several runs",
+                    expected="one workflow with --summary",
+                    given=f"{len(files)} workflows",
+                    hint="run each workflow with its own --summary, or read each run's summary with `engine show RUN --format json|md`",
+                )
+            ]
+        )
     return run_fleet(args, files, recorded)
 
 

@@ -10,14 +10,14 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from engine import __version__
 from engine.cli import exits
-from engine.cli.exits import EXIT_BAD_INPUT, EXIT_BUG, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
+from engine.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
 from engine.cli.fleet import run_command
+from engine.cli.recorded import recorded, summary_target
 from engine.core.errors import InputError, KilnError, Problem
 from engine.optimize import options as optimize_options
 from engine.text import display
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     running.add_argument("--overlap-timing", action="store_true", help="let timing evaluations share the machine with other jobs")
     running.add_argument("--executor", choices=("local", "ray"), default="local", help="run jobs in local processes or as Ray tasks")
     running.add_argument("--ray-address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a local one)")
+    running.add_argument("--summary", type=Path, metavar="FILE", help="also write the run's short summary there, whatever its end (for CI)")
+    running.add_argument("--summary-format", choices=("md", "json"), help="the summary's format (default: json for a .json file, else md)")
     run = sub.add_parser("run", parents=[running], help="validate, plan, run and select; write the best model(s) and records")
     run.add_argument("workflow", type=Path, nargs="+", help="a workflow; several, or a folder of them, run as one fleet")
     run.add_argument("--output", "-o", type=Path, help="output folder (default: the workflow's output.dir, else out/<name>)")
@@ -65,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run", help="a run id, a unique prefix of one, or 'last'")
     show.add_argument("--store", type=Path, help="the store folder (default: $KILN_STORE, else ~/.cache/kiln)")
     show.add_argument("--html", type=Path, nargs="?", const=Path("report.html"), help="write the run's report to this file")
+    show.add_argument("--format", choices=("json", "md"), help="print the run's short summary (as engine run --summary writes it)")
     compare = sub.add_parser("compare", help="what changed between two runs: workflow, versions, host, candidates, metrics, choice")
     compare.add_argument("run_a")
     compare.add_argument("run_b")
@@ -74,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     olive = sub.add_parser("import-olive", help="translate a Microsoft Olive config into a workflow; list what is not carried over")
     olive.add_argument("config", type=Path)
     olive.add_argument("--output", "-o", type=Path, help="the workflow file to write (default: print it)")
-    sub.add_parser("schema", help="print the workflow JSON Schema (for editors)")
+    schema = sub.add_parser("schema", help="print the workflow JSON Schema (for editors); --summary: the run summary's")
+    schema.add_argument("--summary", action="store_true", help="the JSON Schema of `engine run --summary FILE.json`")
     for kind in ("passes", "evaluators", "targets", "data"):
         what = "data sources" if kind == "data" else kind
         extra = " (with the execution providers usable here), or a workflow's targets' availability" if kind == "targets" else ""
@@ -123,7 +127,7 @@ def _store_damaged(error: KilnError) -> bool:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        return run_command(args, _cmd_run, _recorded)
+        return run_command(args, _cmd_run, recorded)
     if args.command == "optimize":  # the workflow written and checked, then run as `engine run` runs it
         args.workflow = optimize_options.prepare(args)
         return _cmd_run(args) if args.workflow else EXIT_OK
@@ -149,8 +153,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return import_command(args.config, args.output)
     if args.command == "schema":
         from engine.cli.schema_doc import full_schema
+        from engine.report.summary import schema
 
-        print(json.dumps(full_schema(), indent=2))
+        print(json.dumps(schema() if args.summary else full_schema(), indent=2))
         return EXIT_OK
     return _cmd_list(args.command, args.name)
 
@@ -335,38 +340,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             chosen = report.chosen()
             return EXIT_OK if runnable and all(t.id in chosen for t in runnable) else EXIT_NO_CHOICE
 
-        return _recorded(store, resolved, output, execute)
-
-
-def _recorded(store: Any, resolved: Any, output: Path, execute: Any) -> int:
-    """Run ``execute`` recorded in the store's history: as running first, then with its end."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from engine.core.hashing import sha256_file
-    from engine.report.history import History
-
-    try:
-        history = History(store.root)
-        run_id = history.start(resolved.file, sha256_file(resolved.file), resolved.name, list(resolved.targets), output, __version__)
-    except SQLAlchemyError as error:  # a damaged history does not stop the run: it goes unrecorded
-        print(f"warning: this run is not recorded in the history of {store.root}: {error}", file=sys.stderr)
-        return int(execute())
-    started, status, code = time.perf_counter(), "failed", EXIT_BUG
-    try:
-        code = execute()
-        status = "ok" if code == EXIT_OK else "no-choice"
-        return code
-    except KeyboardInterrupt:
-        status, code = "interrupted", EXIT_INTERRUPTED
-        raise
-    except KilnError as error:
-        code = EXIT_STORE_DAMAGED if _store_damaged(error) else EXIT_BAD_INPUT
-        raise
-    except BrokenPipeError:
-        code = EXIT_CLOSED_PIPE
-        raise
-    finally:
-        history.finish(run_id, status, code, time.perf_counter() - started, output if status in ("ok", "no-choice") else None)
+        return recorded(store, resolved, output, execute, summary=summary_target(args))
 
 
 def _cmd_list(kind: str, name: str | None) -> int:

@@ -28,7 +28,12 @@ def command(args: argparse.Namespace, store_root: Path) -> None:
         print_compare(history, history.find(args.run_a), history.find(args.run_b), args.all_metrics)
     else:
         run = history.find(args.run)
-        print_show(history, run)
+        if getattr(args, "format", None):
+            from engine.report.summary import build_summary, render
+
+            print(render(build_summary(run.row, run["records"]), args.format), end="")
+        else:
+            print_show(history, run)
         if args.html:
             console.print(f"wrote {write_html_again(run, args.html)}")
 

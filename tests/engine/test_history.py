@@ -3,6 +3,7 @@ tiny workflow (the second searches one candidate less), and a killed run shown a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -110,13 +111,16 @@ def test_a_killed_run_shows_as_interrupted(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_damaged_history_does_not_stop_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from engine.cli.main import _recorded
+    from engine.cli.recorded import recorded
     from engine.store.store import Store
 
     (tmp_path / "history.sqlite").write_bytes(b"not a database" * 100)
     resolved = type("R", (), {"file": tmp_path / "history.sqlite", "name": "w", "targets": {"cpu": None}})()
-    assert _recorded(Store(tmp_path), resolved, tmp_path / "out", lambda: 0) == 0
+    summary = tmp_path / "summary.json"
+    assert recorded(Store(tmp_path), resolved, tmp_path / "out", lambda: 0, summary=(summary, "json")) == 0
     assert "not recorded in the history" in capsys.readouterr().err
+    written = json.loads(summary.read_text())  # the summary still comes, from the facts in hand
+    assert written["run"]["id"] is None and written["exit"]["code"] == 0 and written["targets"][0]["id"] == "cpu"
 
 
 def test_runs_and_show_keep_ids_and_metric_names_whole_at_80_columns(
