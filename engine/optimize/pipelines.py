@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.optimize import generative
 from engine.optimize.model import ModelFacts
-from engine.optimize.parts import CALIBRATION_LINES, SENTENCES, Choice, Pipeline
+from engine.optimize.parts import CALIBRATION_LINES, LONG_TEXT, PARAGRAPHS, SENTENCES, Choice, Pipeline
 
 __all__ = ["Choice", "Pipeline", "data", "evaluate", "select", "steps", "target", "workflow"]
 
@@ -260,13 +260,19 @@ def data(facts: ModelFacts, pipeline: Pipeline) -> dict[str, dict[str, Any]]:
         sets = {
             "calibration": {**line, "split": {"take": "first", "count": CALIBRATION_LINES}},
             "heldout": {**line, "split": {"take": "first", "count": CALIBRATION_LINES, "complement": True}},
+            "heldout_long": {**line, "path": PARAGRAPHS, "split": dict(LONG_TEXT)},  # judged on long text too
         }
     else:
         line = {"source": "synthetic", "sequence_length": facts.max_length} if facts.text else {"source": "synthetic"}
         if facts.vocab_size:
             line["int_high"] = facts.vocab_size
         sets = {"calibration": {**line, "samples": 32, "seed": 0}, "heldout": {**line, "samples": 64, "seed": 1}}
-    return sets if pipeline.calibrates else {"heldout": sets["heldout"]}
+    return sets if pipeline.calibrates else {name: value for name, value in sets.items() if name != "calibration"}
+
+
+def _long_text(facts: ModelFacts) -> bool:
+    """Whether the fidelity bar is held on full-length paragraphs too: text the model's tokenizer reads."""
+    return facts.kind not in generative.KINDS and bool(facts.tokenizer)
 
 
 def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -277,6 +283,8 @@ def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
         shape["int_high"] = facts.vocab_size
     latency: dict[str, Any] = {**shape, "warmup": 20, "runs": 100, "max_time_s": 30}
     found: list[dict[str, Any]] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "heldout"}}]
+    if _long_text(facts):
+        found.append({"id": "fidelity_long", "evaluator": "fidelity", "config": {"data": "heldout_long"}})
     if pipeline.uses("fidelity_calibration"):
         found.append({"id": "fidelity_calibration", "evaluator": "fidelity", "config": {"data": "calibration"}, "candidates": False})
     return [*found, {"id": "size", "evaluator": "size"}, {"id": "latency", "evaluator": "latency", "config": latency}]
@@ -285,10 +293,11 @@ def evaluate(facts: ModelFacts, pipeline: Pipeline) -> list[dict[str, Any]]:
 def select(facts: ModelFacts, choice: Choice) -> dict[str, Any]:
     if facts.kind in generative.KINDS:
         return generative.select(facts, choice)
-    return {
-        "objective": {"metric": "latency.p50_ms", "goal": "min"},
-        "constraints": [{"metric": "fidelity.cosine_mean", "min": round(1 - choice.max_drop, 6)}],
-    }
+    bar = round(1 - choice.max_drop, 6)
+    constraints = [{"metric": "fidelity.cosine_mean", "min": bar}]
+    if _long_text(facts):
+        constraints.append({"metric": "fidelity_long.cosine_mean", "min": bar})
+    return {"objective": {"metric": "latency.p50_ms", "goal": "min"}, "constraints": constraints}
 
 
 def workflow(facts: ModelFacts, choice: Choice, name: str) -> tuple[dict[str, Any], Pipeline]:

