@@ -1,4 +1,4 @@
-"""bench/architectures.py's output: a markdown table (it goes into README.md as printed) and the
+"""bench/architectures.py's output: a markdown table (it goes into docs/benchmarks.md as printed) and the
 notes under it (each failure's first error line and exit code, what each tool was asked, which
 Kiln candidate was timed)."""
 

@@ -57,7 +57,7 @@ HELDOUT_START, HELDOUT_COUNT = 32, 64
 SUMMARY = re.compile(r"passes: (\d+) run \([\d.]+ s\), (\d+) cached · evaluations: (\d+) run \([\d.]+ s\), (\d+) cached")
 #: Olive; Kiln on the same work (the unoptimized model not measured); Kiln's default (it is measured too)
 TOOLS = ("olive", "kiln", "kiln+ref")
-console = Console(width=170)  # the table fits a README code block unwrapped
+console = Console(width=170)  # the table fits a docs/benchmarks.md code block unwrapped
 
 
 @dataclass
