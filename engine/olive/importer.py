@@ -9,12 +9,14 @@ nearest of the two folders above it that has them (where recipes are run from).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.config import ID_MAX_LENGTH
 from engine.core.errors import InputError, Problem
 from engine.olive.chain import task_refused, translate_steps
 from engine.olive.data import translate_data
@@ -24,6 +26,8 @@ from engine.olive.systems import translate_targets
 
 #: Olive's model types, lower-cased: Olive matches them case-insensitively
 MODEL_TYPES = ("hfmodel", "pytorchmodel", "onnxmodel", *NO_INPUT)
+#: hex characters of the hash that keeps a shortened workflow name apart from others sharing its head
+NAME_HASH_CHARS = 8
 #: how far up from the Olive file a relative path is looked for: recipes are often run from a parent folder
 PARENT_LEVELS = 2
 
@@ -33,6 +37,7 @@ class Translation:
     workflow: dict[str, Any]
     unmapped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # what Kiln's validator says of the workflow (engine.olive.cli)
 
 
 @dataclass
@@ -123,6 +128,19 @@ def plain(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-") or "step"
 
 
+def workflow_name(name: str) -> str:
+    """A workflow name Kiln's validator accepts, stable for a given Olive name: the plain name when it fits
+    (a letter first, at most ID_MAX_LENGTH characters), else its head and a short hash of the whole name."""
+    text = plain(name)
+    if not text[0].isalpha():
+        text = f"olive-{text}"
+    if len(text) <= ID_MAX_LENGTH:
+        return text
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:NAME_HASH_CHARS]
+    head = text[: ID_MAX_LENGTH - NAME_HASH_CHARS - 1].rstrip("_-")
+    return f"{head}-{digest}"
+
+
 def is_olive_config(data: Any) -> bool:
     """Recognisably an Olive RunConfig: passes of typed objects, or an Olive model type; no Kiln keys."""
     if not isinstance(data, dict) or "version" in data or "steps" in data:
@@ -163,7 +181,10 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k in ENGINE_KEYS}}
     ctx.searching = bool(config.get("search_strategy"))
     passes = config.get("passes") or {}
-    workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
+    full_name = str(config.get("workflow_id") or source.stem)
+    workflow: dict[str, Any] = {"version": 1, "name": workflow_name(full_name)}
+    if workflow["name"] != plain(full_name):
+        workflow["description"] = f"Olive workflow {full_name!r}, named to fit Kiln's rule ({ID_MAX_LENGTH} characters at most)"
     ctx.at = "input_model"
     workflow["input"] = translate_input(config.get("input_model"), ctx)
     translate_data(config.get("data_configs") or [], ctx)
@@ -194,7 +215,7 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
             ctx.skip(key, "not an Olive 0.13 RunConfig key Kiln knows")
     if not workflow["data"]:
         del workflow["data"]
-    order = ("version", "name", "input", "data", "targets", "steps", "evaluate", "select", "search", "output", "cache")
+    order = ("version", "name", "description", "input", "data", "targets", "steps", "evaluate", "select", "search", "output", "cache")
     return Translation({k: workflow[k] for k in order if k in workflow}, ctx.unmapped, ctx.notes)
 
 

@@ -432,3 +432,40 @@ def test_a_pass_that_needs_data_and_names_none_gets_a_named_stand_in(folder):
     assert steps(t) == [("s", "ort_quantize", {"mode": "static", "activation_type": "qint8", "calibration": "calibration"}, {})]
     assert t.workflow["data"] == {"calibration": {"source": "synthetic", "samples": 32}}
     assert t.notes == ["passes.s.data_config: dataset 'calibration' is a synthetic stand-in; replace it with your data"]
+
+
+def test_a_long_file_name_becomes_a_valid_stable_workflow_name(folder, capsys):
+    """A config named after its path in a repository (past the 64-character rule) imports to a workflow
+    the validator accepts: a shortened name with a hash of the whole, the full name in the description."""
+    config = olive(folder, {"q": {"type": "OnnxDynamicQuantization"}})
+    long = "microsoft-Phi-4-mini-instruct-QNN-phi4_mini_qnn_docker-with.a.very.long.name-and-more-words"
+    names = []
+    for stem in (long, long + "-2", "2-" + long):
+        source = folder / f"{stem}.json"
+        source.write_text(json.dumps(config))
+        out = folder / "kiln" / "long.yaml"
+        assert main(["import-olive", str(source), "-o", str(out)]) == 0
+        assert f"{out}: valid" in capsys.readouterr().out
+        written = load_workflow(out).spec
+        assert len(written.name) <= 64 and written.name[0].isalpha()
+        assert stem in (written.description or "")
+        names.append(written.name)
+    assert len(set(names)) == 3  # same head, different names: the hash keeps them apart
+    assert translate(config, folder / f"{long}.json", folder).workflow["name"] == names[0]  # stable
+
+
+def test_the_importer_validates_what_it_writes(folder):
+    """load_translation runs Kiln's validator on the workflow as written: the problems come with the translation."""
+    from engine.olive.cli import load_translation
+
+    source = folder / "checked.json"
+    source.write_text(json.dumps(olive(folder, {"q": {"type": "OnnxDynamicQuantization"}})))
+    assert load_translation(source, folder / "kiln").problems == []
+    source.write_text(
+        json.dumps(
+            {**olive(folder, {"q": {"type": "OnnxDynamicQuantization"}}), "input_model": {"type": "ONNXModel", "model_path": "gone.onnx"}}
+        )
+    )
+    problems = load_translation(source, folder / "kiln").problems
+    assert [p.where for p in problems] == ["input.path"]
+    assert not list((folder / "kiln").glob(".kiln-import-*"))  # the scratch copy is gone
