@@ -11,9 +11,10 @@ from pydantic import ValidationError
 from engine import registry
 from engine.core.errors import Problem
 from engine.core.refs import RefKind, reference_fields
+from engine.core.search import flatten
 from engine.core.target import Availability
 from engine.workflow.problems import problems_from_validation
-from engine.workflow.resolve.checks import dataset_refs
+from engine.workflow.resolve.checks import dataset_refs, fixed_and_searched
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, TargetEntry
 from engine.workflow.resolve.parts import Parts
 from engine.workflow.resolve.plugins import Where, config_model, existing_file, lookup, validate_config
@@ -81,6 +82,7 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
     # `search:` is the workflow's (the target's searched session settings), not the runtime's
     options = dict(options)
     raw_search = options.pop("search", None)
+    problems.extend(fixed_and_searched(flatten(options), raw_search, source, where))
     try:
         config = cls.Config(**options)
     except ValidationError as error:
