@@ -129,6 +129,8 @@ def to_yaml(translation: Translation, source: Path) -> str:
     header = f"# Translated from the Olive config {source.name} by `engine import-olive`.\n"
     if translation.unmapped:
         header += "# Not carried over:\n" + "".join(f"#   {where}: {why}\n" for where, why in translation.unmapped)
+    if translation.notes:  # how the carried keys were carried (a pass folded into another, a stand-in): said in the file too
+        header += "# Notes:\n" + "".join(f"#   {' '.join(note.split())}\n" for note in translation.notes)
     body = yaml.safe_dump(translation.workflow, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
     return header + str(body)
 

@@ -469,3 +469,14 @@ def test_the_importer_validates_what_it_writes(folder):
     problems = load_translation(source, folder / "kiln").problems
     assert [p.where for p in problems] == ["input.path"]
     assert not list((folder / "kiln").glob(".kiln-import-*"))  # the scratch copy is gone
+
+
+def test_the_written_workflow_says_how_keys_were_carried(folder):
+    """The notes (a CaptureSplitInfo folded into split_model, say) are in the written file, not only on the terminal."""
+    split = {"type": "CaptureSplitInfo", "num_splits": 2}
+    config = olive(folder, {"info": split, "split": {"type": "SplitModel"}})
+    source = folder / "split.json"
+    source.write_text(json.dumps(config))
+    translation = translate(config, source, folder)
+    text = to_yaml(translation, source)
+    assert "# Notes:\n" in text and "#   passes.info: the split it records ({'num_splits': 2}) is made by the split_model step" in text
