@@ -1,0 +1,107 @@
+"""A dataset of the Hugging Face Hub, read from the Hub cache with the ``datasets`` library.
+
+``{source: hf_dataset, name: ORG/NAME, config: SUBSET, hf_split: validation, revision: main,
+text_column: sentence, label_column: label}``. Before the run the engine finds the dataset in
+huggingface_hub's cache (``<cache>/datasets--ORG--NAME/snapshots/<commit>/``, the layout ``hf
+download ORG/NAME --repo-type dataset`` writes), pins the commit the revision names (recorded in
+workflow.lock.json) and hashes the snapshot's files into the dataset's key; it sets ``commit`` and
+``folder`` here. The source then reads that snapshot with ``datasets.load_dataset(folder, config,
+split=...)``, which follows the repo's own README configs and reads its parquet / json / csv files
+without a network (a Hub dataset by name needs the Hub, or the datasets library's own prepared
+cache, even offline). Nothing is downloaded: fetch the dataset on a connected machine.
+
+The rows then become samples as a CSV's rows do (``tabular``): a text column tokenized with the
+input model's tokenizer, or numeric feature columns; a label column gives labels.
+
+``datasets`` is imported only when the data is read: the engine imports this module to read
+``Config`` when it validates a workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from engine.core.data import Dataset
+from engine.core.errors import MissingDependency
+from evaluators.data.tabular import ColumnsConfig, Table, _Tabular
+
+if TYPE_CHECKING:
+    from engine.core.artifact import ModelArtifact
+    from engine.core.target import TensorSpec
+
+logger = logging.getLogger(__name__)
+
+
+class HfDataset(_Tabular):
+    name = "hf_dataset"
+    summary = "A Hugging Face Hub dataset (name, config, split, revision) read from the Hub cache with the datasets library; its rows as a table's."
+    version = "1"
+    libraries = ("datasets", "transformers", "tokenizers")
+    hub_dataset = True
+
+    class Config(ColumnsConfig):
+        source: Literal["hf_dataset"] = Field(description="Reads a Hugging Face Hub dataset from the Hub cache.")
+        name: str = Field(description="The dataset's repo id on the Hub (ORG/NAME, e.g. nyu-mll/glue, Salesforce/wikitext).")
+        config: str | None = Field(
+            default=None, description="The dataset's configuration (subset), e.g. sst2, wikitext-2-raw-v1. Omit for its default one."
+        )
+        hf_split: str = Field(
+            default="train",
+            description="The dataset's split, in the datasets library's syntax: train, validation, test[:100], train[10%:20%].",
+        )
+        revision: str = Field(
+            default="main",
+            description="A branch, a tag or a commit of the dataset's repo. The commit it names in the cache is recorded in workflow.lock.json and its files enter the dataset's key.",
+        )
+        commit: str | None = Field(default=None, description="Set by Kiln: the commit `revision` names in the Hub cache.")
+        folder: str | None = Field(default=None, description="Set by Kiln: that commit's snapshot folder in the Hub cache.")
+
+    config: Config
+
+    def load(self, input_model: ModelArtifact | None, signature: list[TensorSpec] | None = None) -> Dataset:
+        cfg = self.config
+        if not cfg.folder or not Path(cfg.folder).is_dir():
+            raise self.error(
+                "name",
+                f"the Hub dataset {cfg.name} ({cfg.revision}) is not in the Hugging Face datasets cache",
+                given=str(cfg.folder or "(no snapshot)"),
+                hint=f"fetch it on a connected machine: `hf download {cfg.name} --repo-type dataset --revision {cfg.revision}`",
+            )
+        origin = f"{cfg.name}@{(cfg.commit or cfg.revision)[:12]} {cfg.config or '(default config)'} {cfg.hf_split}"
+        return self.from_table(self.read_table(Path(cfg.folder)), input_model, origin)
+
+    def read_table(self, path: Path) -> Table:
+        """The split's rows, read from the snapshot folder ``path`` alone (a row's "line" is its index from 1)."""
+        rows = self._rows(path)
+        return Table(list(rows.column_names), [dict(row) for row in rows], list(range(1, len(rows) + 1)))
+
+    def _rows(self, folder: Path) -> Any:
+        """The split's rows (a ``datasets.Dataset``)."""
+        cfg = self.config
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the snapshot is local: nothing to ask the Hub
+        try:
+            import datasets
+        except ImportError as error:
+            raise MissingDependency("datasets", "the hf_dataset data source") from error
+        split = cfg.hf_split
+        if cfg.limit is not None and "[" not in split:
+            split = f"{split}[:{cfg.limit}]"  # read no more rows than kept
+        try:
+            return datasets.load_dataset(str(folder), cfg.config, split=split)
+        except (ValueError, FileNotFoundError, KeyError) as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            where = "config" if "config" in first.lower() and cfg.config else "hf_split"
+            raise self.error(
+                where,
+                f"the datasets library cannot read {cfg.name} ({cfg.config or 'default config'}, split {cfg.hf_split}): {first}",
+                given=str(folder),
+                hint="check `config` and `hf_split` against the dataset's card (its configurations and splits)",
+            ) from error
+
+    def format_hint(self) -> str:
+        return "choose a split that holds rows"
