@@ -28,6 +28,7 @@ from pydantic import Field
 
 from engine.core.data import Dataset
 from engine.core.errors import MissingDependency
+from evaluators.data._tokenize import input_tokenizer, tokenize
 from evaluators.data.tabular import ColumnsConfig, Table, _Tabular
 
 if TYPE_CHECKING:
@@ -58,6 +59,18 @@ class HfDataset(_Tabular):
             default="main",
             description="A branch, a tag or a commit of the dataset's repo. The commit it names in the cache is recorded in workflow.lock.json and its files enter the dataset's key.",
         )
+        text_pair_column: str | None = Field(
+            default=None,
+            description="With text_column: the column holding each sample's second text, tokenized as a pair with it (sentence-pair tasks: MRPC, MNLI).",
+        )
+        join: bool = Field(
+            default=False,
+            description=(
+                "With text_column: join the rows' texts (blank lines kept, in order) into one text, tokenize it and cut it into "
+                "samples of exactly max_length tokens (a language model's calibration on a corpus such as wikitext); "
+                "`limit` then counts those samples."
+            ),
+        )
         commit: str | None = Field(default=None, description="Set by Kiln: the commit `revision` names in the Hub cache.")
         folder: str | None = Field(default=None, description="Set by Kiln: that commit's snapshot folder in the Hub cache.")
 
@@ -73,7 +86,59 @@ class HfDataset(_Tabular):
                 hint=f"fetch it on a connected machine: `hf download {cfg.name} --repo-type dataset --revision {cfg.revision}`",
             )
         origin = f"{cfg.name}@{(cfg.commit or cfg.revision)[:12]} {cfg.config or '(default config)'} {cfg.hf_split}"
+        if cfg.join:
+            return self.joined(self.read_table(Path(cfg.folder)), input_model, origin)
         return self.from_table(self.read_table(Path(cfg.folder)), input_model, origin)
+
+    def tokenized(
+        self, table: Table, texts: list[str], input_model: ModelArtifact | None, origin: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        column = self.config.text_pair_column
+        if column is None:
+            return super().tokenized(table, texts, input_model, origin)
+        self._check_column(table, "text_pair_column", column)
+        pairs = [self._text(table, index, column) for index in range(len(table.rows))]
+        inputs, meta = tokenize(self.name, texts, self.config, input_model, origin, pairs=pairs)
+        return inputs, {**meta, "text_pair_column": column}
+
+    def joined(self, table: Table, input_model: ModelArtifact | None, origin: str) -> Dataset:
+        """Every row's text joined, tokenized once and cut into samples of max_length tokens."""
+        import numpy as np
+
+        cfg = self.config
+        assert cfg.text_column is not None
+        self.origin = origin
+        self._check_column(table, "text_column", cfg.text_column)
+        text = "\n\n".join(str(row.get(cfg.text_column) or "") for row in table.rows)
+        tokenizer, folder = input_tokenizer(self.name, cfg, input_model)
+        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        count = len(ids) // cfg.max_length
+        if cfg.limit is not None:
+            count = min(count, cfg.limit)
+        if count == 0:
+            raise self.error(
+                "max_length",
+                f"the split's text is {len(ids)} tokens long: not one sample of max_length={cfg.max_length} tokens",
+                given=origin,
+                hint="lower max_length, or choose a larger split",
+            )
+        input_ids = ids[: count * cfg.max_length].reshape(count, cfg.max_length)
+        inputs = {"input_ids": input_ids, "attention_mask": np.ones_like(input_ids)}
+        meta = {
+            "source": self.name,
+            "path": origin,
+            "samples": count,
+            "joined_rows": len(table.rows),
+            "sequence_length": cfg.max_length,
+            "tokenizer": str(folder),
+            "tokenizer_class": type(tokenizer).__name__,
+            "inputs": sorted(inputs),
+        }
+        return Dataset(inputs=inputs, meta=meta)
+
+    def _check_column(self, table: Table, option: str, column: str) -> None:
+        if column not in table.columns:
+            raise self.error(option, f"the dataset has no column '{column}'", expected="one of: " + ", ".join(table.columns), given=column)
 
     def read_table(self, path: Path) -> Table:
         """The split's rows, read from the snapshot folder ``path`` alone (a row's "line" is its index from 1)."""
@@ -89,7 +154,7 @@ class HfDataset(_Tabular):
         except ImportError as error:
             raise MissingDependency("datasets", "the hf_dataset data source") from error
         split = cfg.hf_split
-        if cfg.limit is not None and "[" not in split:
+        if cfg.limit is not None and "[" not in split and not cfg.join:
             split = f"{split}[:{cfg.limit}]"  # read no more rows than kept
         try:
             return datasets.load_dataset(str(folder), cfg.config, split=split)

@@ -126,7 +126,7 @@ class _Tabular(DataSource):
         meta: dict[str, Any] = {"source": self.name, "path": origin, "samples": len(table.rows)}
         if cfg.text_column is not None:
             texts = [self._text(table, index, cfg.text_column) for index in range(len(table.rows))]
-            inputs, tokenized = tokenize(self.name, texts, cfg, input_model, origin)
+            inputs, tokenized = self.tokenized(table, texts, input_model, origin)
             meta.update(tokenized)
         else:
             assert cfg.feature_columns is not None
@@ -139,6 +139,12 @@ class _Tabular(DataSource):
         meta["inputs"] = sorted(inputs)
         logger.debug("%s: %d samples from %s", self.name, len(table.rows), origin)
         return Dataset(inputs=inputs, labels=labels, meta=meta)
+
+    def tokenized(
+        self, table: Table, texts: list[str], input_model: ModelArtifact | None, origin: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The text column's samples tokenized (a source with more to say of its text overrides it)."""
+        return tokenize(self.name, texts, self.config, input_model, origin)
 
     def format_hint(self) -> str:
         return "put one sample per row"

@@ -164,3 +164,26 @@ def test_a_run_calibrates_on_the_hub_dataset_offline_and_locks_its_commit(tmp_pa
     assert second.returncode == 0, second.stderr[-3000:]
     lock2 = json.loads((tmp_path / "out2" / "workflow.lock.json").read_text())
     assert lock2["hub_datasets"]["rows"]["commit"] == "d" * 40 and lock2["datasets"]["rows"] != key
+
+
+def test_a_sentence_pair_and_a_joined_corpus(tmp_path, offline_hub, monkeypatch):
+    """text_pair_column tokenizes each row's two texts as a pair ([CLS] a [SEP] b [SEP]); join cuts the
+    split's joined text into samples of exactly max_length tokens (a language model's calibration)."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+    snapshot = lay_out(offline_hub)
+    tokenizer = str(tokenizer_folder(tmp_path))
+    base = {
+        "source": "hf_dataset",
+        "name": REPO,
+        "config": "plain_text",
+        "text_column": "sentence",
+        "tokenizer": tokenizer,
+        "folder": str(snapshot),
+    }
+    pairs = HfDataset(HfDataset.Config(**base, hf_split="validation", text_pair_column="sentence", max_length=8)).load(None)
+    assert pairs.inputs["input_ids"][0].tolist() == [2, 4, 6, 3, 4, 6, 3, 0]  # good movie / good movie
+    assert pairs.inputs["token_type_ids"][0].tolist()[:7] == [0, 0, 0, 0, 1, 1, 1]
+    joined = HfDataset(HfDataset.Config(**base, hf_split="train", join=True, max_length=5)).load(None)
+    assert joined.inputs["input_ids"].shape == (4, 5)  # 12 rows of 2 words: 24 tokens, 4 samples of 5
+    assert joined.inputs["input_ids"][0].tolist() == [4, 6, 5, 7, 6]  # good movie, bad film, movie
+    assert int(joined.inputs["attention_mask"].min()) == 1 and joined.meta["joined_rows"] == 12
