@@ -28,6 +28,17 @@ from engine.olive.systems import translate_targets
 MODEL_TYPES = ("hfmodel", "pytorchmodel", "onnxmodel", *NO_INPUT)
 #: hex characters of the hash that keeps a shortened workflow name apart from others sharing its head
 NAME_HASH_CHARS = 8
+#: what Olive calibrates a Hugging Face model's GPTQ-style pass on when it is given no data
+OLIVE_DEFAULT_CALIBRATION = {
+    "source": "hf_dataset",
+    "name": "wikitext",
+    "config": "wikitext-2-raw-v1",
+    "hf_split": "train[:1000]",
+    "text_column": "text",
+    "join": True,
+    "max_length": 2048,
+    "limit": 128,
+}
 #: how far up from the Olive file a relative path is looked for: recipes are often run from a parent folder
 PARENT_LEVELS = 2
 
@@ -55,6 +66,7 @@ class Context:
     at: str = ""  # the Olive key being translated: where a malformed value is reported
     qnn: bool = False  # the target system runs QNN's provider: Olive quantizes statically with QNN's rules
     split_info: dict[str, Any] | None = None  # what a CaptureSplitInfo recorded, for the SplitModel after it
+    input_format: str = ""  # the translated input's format: a Hub dataset's text is tokenized with an hf input's tokenizer
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))
@@ -100,6 +112,21 @@ class Context:
             entry["id"], index = f"{wanted}_{index}", index + 1
         self.evaluations.append(entry)
         return str(entry["id"])
+
+    def default_text_calibration(self, where: str) -> str:
+        """The data Olive calibrates a Hugging Face model's GPTQ-style pass on when the pass names none
+        (olive's get_calibration_data_config: wikitext-2-raw-v1 train[:1000], joined into 128 samples of
+        2048 tokens), as an hf_dataset; its id."""
+        if self.input_format != "hf":
+            return self.dataset("calibration", where)
+        key = "wikitext2_calibration"
+        if key not in self.data:
+            self.data[key] = dict(OLIVE_DEFAULT_CALIBRATION)
+            self.notes.append(
+                f"{where}: none given: Olive's default calibration data (wikitext-2-raw-v1 train[:1000], joined into 128 samples "
+                f"of 2048 tokens) → hf_dataset '{key}'; fetch it with `hf download wikitext --repo-type dataset`"
+            )
+        return key
 
     def dataset(self, name: Any, where: str) -> str:
         """A Kiln dataset for an Olive data config name; an unknown or untranslatable one gets a stand-in."""
@@ -187,6 +214,7 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
         workflow["description"] = f"Olive workflow {full_name!r}, named to fit Kiln's rule ({ID_MAX_LENGTH} characters at most)"
     ctx.at = "input_model"
     workflow["input"] = translate_input(config.get("input_model"), ctx)
+    ctx.input_format = str(workflow["input"].get("format", ""))
     translate_data(config.get("data_configs") or [], ctx)
     ctx.qnn = _runs_qnn(config.get("systems") or {}, engine.get("target"))
     workflow["steps"], session = translate_steps(passes, workflow["input"]["format"], ctx)

@@ -480,3 +480,59 @@ def test_the_written_workflow_says_how_keys_were_carried(folder):
     translation = translate(config, source, folder)
     text = to_yaml(translation, source)
     assert "# Notes:\n" in text and "#   passes.info: the split it records ({'num_splits': 2}) is made by the split_model step" in text
+
+
+def test_olive_hub_datasets_become_hf_datasets_not_stand_ins(folder):
+    """load_dataset_config (data_name, subset, split) and its pre-processing (columns, lengths, samples) map to
+    hf_dataset: GLUE's sentence pairs with labels, wikitext joined into windows for a GPTQ calibration, and a
+    GPTQ that names no data gets Olive's default (wikitext-2 train[:1000], 128 windows of 2048 tokens)."""
+    glue = {
+        "name": "glue_mrpc",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "glue", "subset": "mrpc", "split": "validation"},
+        "pre_process_data_config": {
+            "input_cols": ["sentence1", "sentence2"],
+            "label_col": "label",
+            "max_length": 128,
+            "padding": "max_length",
+            "max_samples": 100,
+        },
+    }
+    wiki = {
+        "name": "wiki",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "wikitext", "subset": "wikitext-2-raw-v1", "split": "train"},
+        "pre_process_data_config": {"strategy": "join", "add_special_tokens": False, "max_seq_len": 512, "max_samples": 16},
+    }
+    config = olive(folder, {"q": {"type": "OnnxStaticQuantization", "data_config": "glue_mrpc"}}, data_configs=[glue, wiki])
+    config["input_model"] = {"type": "HfModel", "model_path": "bert", "task": "text-classification"}
+    translation = translate(config, folder / "hubdata.json", folder)
+    assert translation.workflow["data"]["glue_mrpc"] == {
+        "source": "hf_dataset",
+        "name": "glue",
+        "config": "mrpc",
+        "hf_split": "validation",
+        "text_column": "sentence1",
+        "text_pair_column": "sentence2",
+        "label_column": "label",
+        "max_length": 128,
+        "padding": "max_length",
+        "limit": 100,
+    }
+    assert translation.workflow["data"]["wiki"] == {
+        "source": "hf_dataset",
+        "name": "wikitext",
+        "config": "wikitext-2-raw-v1",
+        "hf_split": "train",
+        "text_column": "text",
+        "join": True,
+        "max_length": 512,
+        "limit": 16,
+    }
+    assert not any("stand-in" in note for note in translation.notes)
+    gptq = olive(folder, {"g": {"type": "GptqQuantizer", "bits": 4}})
+    gptq["input_model"] = {"type": "HfModel", "model_path": "bert"}
+    data = translate(gptq, folder / "gptq.json", folder).workflow["data"]
+    assert data == {
+        "wikitext2_calibration": {**data["wikitext2_calibration"], "name": "wikitext", "hf_split": "train[:1000]", "limit": 128}
+    }
