@@ -7,17 +7,21 @@ holding both ``input_model`` and ``passes``. Each is translated as ``engine impo
 (the same reading and shape checks), the workflow is written into a temporary folder (its paths
 written relative to it, so they still reach the recipe's files) and validated in-process with
 Kiln's loader, with ``HF_HUB_OFFLINE=1`` and an empty Hub cache: a model named by its Hub id is
-then not in the cache, and a problem about only that (the ``input.model`` / ``input.revision``
-keys) counts as "valid apart from missing models".
+then not in the cache, nor a Hub dataset an ``hf_dataset`` names, and a problem about only that
+(``engine.olive.cli.awaits_cache``) counts as "valid apart from missing Hub models and datasets".
 
 It prints, per Olive pass type, how many of its uses were carried over to a Kiln step, and the
 totals: configs, imported (translated without an error), every pass carried, valid, valid apart
-from missing models, and device changes. A device change is an accelerator of the Olive system
-the engine runs on (its device and execution provider; Olive's default is the CPU) that no
-translated target runs on; it is silent when the translation does not list that system among the
-keys not carried over. ``--json`` also writes every figure and each config's outcome to a file.
+from missing Hub models and datasets, device changes, synthetic stand-ins left, and whether the
+importer's own validation (``Translation.problems``) agrees with the validator run on the written
+file. A device change is an accelerator (device and execution provider) of the system Olive's
+engine runs on (its default is the CPU), or one beyond the CPU of any other system of the config,
+that no translated target runs on; it is silent unless a key not carried over names its execution
+provider. ``--long-names`` imports a copy of each config named after its full path in the corpus.
+``--json`` also writes every figure and each config's outcome to a file.
 
-Goals: at least 97% imported, 90% valid apart from missing models, no silent device change.
+Goals: at least 97% imported, 90% valid apart from missing Hub models and datasets, no silent device change,
+no synthetic stand-in.
 """
 
 from __future__ import annotations
@@ -217,8 +221,8 @@ def report(summary: dict[str, Any], rows: list[dict[str, Any]], show: int) -> No
     print(f"every pass carried               {percent(summary['every_pass_carried'], total)}")
     print(f"valid                            {percent(summary['valid'], total)}")
     print(
-        f"valid apart from missing models  {percent(summary['valid_apart_from_missing_models'], total)}"
-        f"  (goal >= {GOALS['valid_apart_from_missing_models']:.0%}; {summary['only_missing_models']} need only a Hub model)"
+        f"valid apart from missing Hub data  {percent(summary['valid_apart_from_missing_models'], total)}"
+        f"  (goal >= {GOALS['valid_apart_from_missing_models']:.0%}; {summary['only_missing_models']} need only a Hub model or dataset)"
     )
     print(
         f"device changes                   {summary['device_changes_reported']} reported, {summary['device_changes_silent']} silent (goal: 0 silent)"
