@@ -54,6 +54,12 @@ OLIVE_COMPONENTS = frozenset(
         "vision_vqa_dataloader",
     }
 )
+#: Olive user-script pre-processings of an image dataset (the recipes' names for them)
+IMAGE_PRE = frozenset({"image_pre_process", "dataset_pre_process"})
+#: words in a Hub dataset's name that say it holds images (a script's pre-processing does not say which)
+IMAGE_DATASET_WORDS = ("imagenet", "image", "cifar", "mnist")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 #: the datasets library's builders of local files (data_name csv, json...): not a Hub dataset
 FILE_BUILDERS = frozenset({"csv", "json", "text", "parquet", "arrow", "imagefolder", "audiofolder"})
 #: Olive's load_dataset components that read local files or make data (not a Hub dataset)
@@ -199,11 +205,15 @@ def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str
     cols = pre.get("input_cols") or pre.get("text_cols") or []
     cols = [cols] if isinstance(cols, str) else list(cols)
     generation = kind == "TextGenerationContainer" or bool(pre.get("strategy")) or ("text_cols" in pre and not pre.get("input_cols"))
+    image_col = pre.get("input_col") or pre.get("image_col")
+    images = str(pre.get("type", "")).lower() in IMAGE_PRE and any(word in name.lower() for word in IMAGE_DATASET_WORDS)
+    if not cols and not generation and (image_col or images):
+        return _hub_images(name, load, pre, str(image_col or "image"), where, ctx)
     if not cols and not generation:
         ctx.skip(
             f"{where}.load_dataset_config",
-            f"the Hugging Face Hub dataset {name}: no text column named (input_cols): an image or audio dataset, which Kiln's "
-            "hf_dataset does not read (it reads text and numeric columns); save its images in class folders for image_folder",
+            f"the Hugging Face Hub dataset {name}: the config names none of its columns (input_cols, input_col) and the recipe's "
+            "script picks the samples (Kiln does not run it): give an hf_dataset its text, image or feature column by hand",
         )
         return None
     if ctx.input_format != "hf" and not pre.get("tokenizer"):
@@ -247,6 +257,34 @@ def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str
     ctx.notes.append(
         f"{where}: the Hugging Face Hub dataset {name} → hf_dataset, read from the Hub cache: fetch it on a connected machine "
         f"with `hf download {name} --repo-type dataset`"
+    )
+    return result
+
+
+def _hub_images(name: str, load: dict[str, Any], pre: dict[str, Any], column: str, where: str, ctx: Any) -> dict[str, Any]:
+    """A Hub dataset of images (ImageNet-like, pre-processed by the recipe's script) as hf_dataset's
+    image_column: 224 x 224, ImageNet's mean and std, fed to the model's first input."""
+    shapes = ctx.export.get("input_shapes") or {}
+    result: dict[str, Any] = {
+        "source": "hf_dataset",
+        "name": name,
+        **({"config": str(load["subset"])} if load.get("subset") else {}),
+        "hf_split": str(load.get("split") or "train"),
+        "image_column": column,
+        "size": [224, 224],
+        "mean": list(IMAGENET_MEAN),
+        "std": list(IMAGENET_STD),
+        "input_name": next(iter(shapes), "pixel_values"),
+    }
+    if pre.get("label_col"):
+        result["label_column"] = str(pre["label_col"])
+    samples = pre.get("max_samples") or (pre.get("size") if str(pre.get("type", "")).lower() == "dataset_pre_process" else None)
+    if isinstance(samples, int) and samples > 0:
+        result["limit"] = samples
+    ctx.notes.append(
+        f"{where}: the Hugging Face Hub dataset {name} → hf_dataset's image_column, read from the Hub cache (`hf download {name} "
+        "--repo-type dataset`); the recipe's image transforms (and any label remapping) are approximated: resized to 224 x 224, "
+        f"ImageNet's mean and std, fed to input '{result['input_name']}': check them against the model's"
     )
     return result
 

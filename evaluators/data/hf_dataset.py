@@ -11,7 +11,9 @@ without a network (a Hub dataset by name needs the Hub, or the datasets library'
 cache, even offline). Nothing is downloaded: fetch the dataset on a connected machine.
 
 The rows then become samples as a CSV's rows do (``tabular``): a text column tokenized with the
-input model's tokenizer, or numeric feature columns; a label column gives labels.
+input model's tokenizer (``join``: cut into windows of max_length tokens), or numeric feature
+columns, or (``image_column``) images resized and normalized as ``image_folder`` does; a label
+column gives labels.
 
 ``datasets`` is imported only when the data is read: the engine imports this module to read
 ``Config`` when it validates a workflow.
@@ -29,6 +31,7 @@ from pydantic import Field
 from engine.core.data import Dataset
 from engine.core.errors import MissingDependency
 from evaluators.data._tokenize import input_tokenizer, tokenize
+from evaluators.data.image_folder import normalized, scaled
 from evaluators.data.tabular import ColumnsConfig, Table, _Tabular
 
 if TYPE_CHECKING:
@@ -42,7 +45,7 @@ class HfDataset(_Tabular):
     name = "hf_dataset"
     summary = "A Hugging Face Hub dataset (name, config, split, revision) read from the Hub cache with the datasets library; its rows as a table's."
     version = "1"
-    libraries = ("datasets", "transformers", "tokenizers")
+    libraries = ("datasets", "transformers", "tokenizers", "pillow")
     hub_dataset = True
 
     class Config(ColumnsConfig):
@@ -71,6 +74,27 @@ class HfDataset(_Tabular):
                 "`limit` then counts those samples."
             ),
         )
+        image_column: str | None = Field(
+            default=None,
+            description="The column holding images (the datasets library's Image feature): each converted, resized to `size`, scaled to [0, 1] and normalized by `mean` / `std` into one float32 input named `input_name`. Give this, `text_column` or `feature_columns`.",
+        )
+        size: list[int] = Field(
+            default_factory=lambda: [224, 224],
+            min_length=2,
+            max_length=2,
+            description="[height, width] every image is resized to (image_column).",
+        )
+        resample: Literal["nearest", "bilinear", "bicubic", "lanczos"] = Field(
+            default="bilinear", description="The resize's filter (image_column)."
+        )
+        grayscale: bool = Field(default=False, description="One channel (L) instead of three (RGB) (image_column).")
+        mean: list[float] | None = Field(
+            default=None, min_length=1, description="Subtracted per channel from the [0, 1] pixels (image_column). Omit for 0."
+        )
+        std: list[float] | None = Field(
+            default=None, min_length=1, description="Divides per channel after the mean (image_column). Omit for 1."
+        )
+        layout: Literal["NCHW", "NHWC"] = Field(default="NCHW", description="Axis order of the images (image_column).")
         commit: str | None = Field(default=None, description="Set by Kiln: the commit `revision` names in the Hub cache.")
         folder: str | None = Field(default=None, description="Set by Kiln: that commit's snapshot folder in the Hub cache.")
 
@@ -88,6 +112,8 @@ class HfDataset(_Tabular):
         origin = f"{cfg.name}@{(cfg.commit or cfg.revision)[:12]} {cfg.config or '(default config)'} {cfg.hf_split}"
         if cfg.join:
             return self.joined(self.read_table(Path(cfg.folder)), input_model, origin)
+        if cfg.image_column is not None:
+            return self.images(self.read_table(Path(cfg.folder)), origin)
         return self.from_table(self.read_table(Path(cfg.folder)), input_model, origin)
 
     def tokenized(
@@ -135,6 +161,43 @@ class HfDataset(_Tabular):
             "inputs": sorted(inputs),
         }
         return Dataset(inputs=inputs, meta=meta)
+
+    def images(self, table: Table, origin: str) -> Dataset:
+        """The image column's images as one float32 input (image_folder's resize and normalization), labels kept."""
+        import numpy as np
+
+        cfg = self.config
+        assert cfg.image_column is not None
+        self.origin = origin
+        if cfg.limit is not None:
+            table = Table(table.columns, table.rows[: cfg.limit], table.lines[: cfg.limit])
+        self._check_column(table, "image_column", cfg.image_column)
+        height, width = cfg.size
+        pixels = np.empty((len(table.rows), height, width, 1 if cfg.grayscale else 3), dtype=np.float32)
+        for index, row in enumerate(table.rows):
+            image = row.get(cfg.image_column)
+            if not hasattr(image, "convert"):  # not decoded by the datasets library's Image feature
+                raise self.error(
+                    "image_column",
+                    f"row {index + 1}: column '{cfg.image_column}' holds {type(image).__name__}, not an image",
+                    given=origin,
+                    hint="name the dataset's image column (an Image feature)",
+                )
+            pixels[index] = scaled(image, cfg)
+        inputs = {cfg.input_name: normalized(pixels, cfg)}
+        meta: dict[str, Any] = {
+            "source": self.name,
+            "path": origin,
+            "samples": len(table.rows),
+            "shape": list(inputs[cfg.input_name].shape[1:]),
+        }
+        labels = None
+        if cfg.label_column is not None:
+            self._check_column(table, "label_column", cfg.label_column)
+            labels, label_meta = self._labels(table, cfg.label_column)
+            meta.update(label_meta)
+        meta["inputs"] = [cfg.input_name]
+        return Dataset(inputs=inputs, labels=labels, meta=meta)
 
     def _check_column(self, table: Table, option: str, column: str) -> None:
         if column not in table.columns:

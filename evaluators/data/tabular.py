@@ -75,8 +75,11 @@ class ColumnsConfig(TokenizedConfig):
 
     @model_validator(mode="after")
     def _one_kind_of_input(self) -> ColumnsConfig:
-        if (self.text_column is None) == (self.feature_columns is None):
-            raise ValueError("give exactly one of `text_column` (text to tokenize) or `feature_columns` (numbers)")
+        kinds = {"`text_column` (text to tokenize)": self.text_column, "`feature_columns` (numbers)": self.feature_columns}
+        if "image_column" in type(self).model_fields:  # a source that also reads images (hf_dataset)
+            kinds["`image_column` (images)"] = getattr(self, "image_column", None)
+        if sum(value is not None for value in kinds.values()) != 1:
+            raise ValueError("give exactly one of " + " or ".join(kinds))
         if self.label_map is not None and self.label_column is None:
             raise ValueError("`label_map` needs `label_column`")
         if self.label_map is not None and any(value < 0 for value in self.label_map.values()):

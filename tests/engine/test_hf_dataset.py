@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pydantic
 import pytest
 from engine_helpers import engine_cmd, make_tiny_encoder, tiny_workflow, write_workflow
 from hub_cache import make_hub_cache
@@ -187,3 +188,37 @@ def test_a_sentence_pair_and_a_joined_corpus(tmp_path, offline_hub, monkeypatch)
     assert joined.inputs["input_ids"].shape == (4, 5)  # 12 rows of 2 words: 24 tokens, 4 samples of 5
     assert joined.inputs["input_ids"][0].tolist() == [4, 6, 5, 7, 6]  # good movie, bad film, movie
     assert int(joined.inputs["attention_mask"].min()) == 1 and joined.meta["joined_rows"] == 12
+
+
+def test_an_image_column_becomes_normalized_pixels_with_labels(tmp_path, offline_hub, monkeypatch):
+    """A dataset of images (timm/mini-imagenet's shape: image, label) laid out as parquet with the
+    datasets library's Image feature: resized, scaled, normalized, NCHW."""
+    import datasets
+    from PIL import Image
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+    files = tmp_path / "images"
+    (files / "data").mkdir(parents=True)
+    images = [Image.new("RGB", (10, 6), color) for color in ((255, 0, 0), (0, 0, 255), (255, 255, 255))]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    datasets.Dataset.from_dict({"image": images, "label": [3, 1, 0]}, features=features).to_parquet(
+        str(files / "data" / "validation-00000.parquet")
+    )
+    snapshot = make_hub_cache(offline_hub, "org/tiny-images", files, repo_type="dataset")
+    config = HfDataset.Config(
+        source="hf_dataset",
+        name="org/tiny-images",
+        hf_split="validation",
+        image_column="image",
+        label_column="label",
+        size=[4, 4],
+        mean=[0.5],
+        std=[0.5],
+        folder=str(snapshot),
+    )
+    data = HfDataset(config).load(None)
+    pixels = data.inputs["input"]
+    assert pixels.shape == (3, 3, 4, 4) and data.labels is not None and data.labels.tolist() == [3, 1, 0]
+    assert pixels[0, :, 0, 0].tolist() == [1.0, -1.0, -1.0] and pixels[1, :, 0, 0].tolist() == [-1.0, -1.0, 1.0]
+    with pytest.raises(pydantic.ValidationError, match="exactly one of"):
+        HfDataset.Config(source="hf_dataset", name="org/x", image_column="image", text_column="t")

@@ -536,3 +536,36 @@ def test_olive_hub_datasets_become_hf_datasets_not_stand_ins(folder):
     assert data == {
         "wikitext2_calibration": {**data["wikitext2_calibration"], "name": "wikitext", "hf_split": "train[:1000]", "limit": 128}
     }
+
+
+def test_an_olive_image_dataset_becomes_an_hf_dataset_image_column_fed_to_the_models_input(folder):
+    """timm's MobileNetV3 recipe for Vitis AI: timm/mini-imagenet through its script's image_pre_process
+    (input_col image, label_col label) → hf_dataset's image_column, 224 x 224 with ImageNet's mean and std,
+    named for the model's input (io_config: x); the approximation is said."""
+    data = {
+        "name": "calib_data",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "timm/mini-imagenet", "split": "validation[:12]"},
+        "pre_process_data_config": {"type": "image_pre_process", "input_col": "image", "label_col": "label"},
+    }
+    config = olive(folder, {"q": {"type": "OnnxStaticQuantization", "data_config": "calib_data"}}, data_configs=[data])
+    config["input_model"] = {
+        "type": "PyTorchModel",
+        "model_path": "timm/mobilenetv3_small_100.lamb_in1k",
+        "model_loader": "load_model",
+        "model_script": "user_script.py",
+        "io_config": {"input_names": ["x"], "input_shapes": [[1, 3, 224, 224]], "output_names": ["output"]},
+    }
+    translation = translate(config, folder / "images.json", folder)
+    assert translation.workflow["data"]["calib_data"] == {
+        "source": "hf_dataset",
+        "name": "timm/mini-imagenet",
+        "hf_split": "validation[:12]",
+        "image_column": "image",
+        "size": [224, 224],
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "input_name": "x",
+        "label_column": "label",
+    }
+    assert any("approximated" in note and "fed to input 'x'" in note for note in translation.notes)
