@@ -1,23 +1,27 @@
 """How faithfully do Olive's published recipes come over? Every config of a corpus, imported and validated.
 
-    python bench/olive_recipes.py CORPUS_DIR [--json PATH] [--show N]
+    python bench/olive_recipes.py CORPUS_DIR [--json PATH] [--show N] [--long-names]
 
 The corpus is a folder of Olive configs (microsoft/olive-recipes): every ``.json`` file under it
 holding both ``input_model`` and ``passes``. Each is translated as ``engine import-olive`` does
 (the same reading and shape checks), the workflow is written into a temporary folder (its paths
 written relative to it, so they still reach the recipe's files) and validated in-process with
 Kiln's loader, with ``HF_HUB_OFFLINE=1`` and an empty Hub cache: a model named by its Hub id is
-then not in the cache, and a problem about only that (the ``input.model`` / ``input.revision``
-keys) counts as "valid apart from missing models".
+then not in the cache, nor a Hub dataset an ``hf_dataset`` names, and a problem about only that
+(``engine.olive.cli.awaits_cache``) counts as "valid apart from missing Hub models and datasets".
 
 It prints, per Olive pass type, how many of its uses were carried over to a Kiln step, and the
 totals: configs, imported (translated without an error), every pass carried, valid, valid apart
-from missing models, and device changes. A device change is an accelerator of the Olive system
-the engine runs on (its device and execution provider; Olive's default is the CPU) that no
-translated target runs on; it is silent when the translation does not list that system among the
-keys not carried over. ``--json`` also writes every figure and each config's outcome to a file.
+from missing Hub models and datasets, device changes, synthetic stand-ins left, and whether the
+importer's own validation (``Translation.problems``) agrees with the validator run on the written
+file. A device change is an accelerator (device and execution provider) of the system Olive's
+engine runs on (its default is the CPU), or one beyond the CPU of any other system of the config,
+that no translated target runs on; it is silent unless a key not carried over names its execution
+provider. ``--long-names`` imports a copy of each config named after its full path in the corpus.
+``--json`` also writes every figure and each config's outcome to a file.
 
-Goals: at least 97% imported, 90% valid apart from missing models, no silent device change.
+Goals: at least 97% imported, 90% valid apart from missing Hub models and datasets, no silent device change,
+no synthetic stand-in.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -62,26 +67,21 @@ def olive_passes(config: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def target_system(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (device, execution provider) pairs of the system Olive's engine runs on (the first system
-    when the engine names none; Olive's local CPU when there are none). A device left out is the one
-    Olive infers from the execution provider."""
-    from engine.olive.systems import EP_DEVICE, canonical_ep
+def system_pairs(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (device, execution provider) pairs a recipe names: those of the system Olive's engine runs on
+    (the first system when the engine names none; Olive's local CPU when there are none), and every
+    accelerator beyond the CPU of its other systems. A device left out is the one Olive infers from the
+    execution provider."""
+    from engine.olive.systems import accelerator_pairs
 
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k == "target"}}
     systems = config.get("systems") or {}
     chosen = engine.get("target")
     name = chosen if isinstance(chosen, str) else ("" if isinstance(chosen, dict) else next(iter(systems), ""))
-    system = chosen if isinstance(chosen, dict) else systems.get(name)
-    accelerators = None
-    if isinstance(system, dict):
-        accelerators = (system.get("config") or {}).get("accelerators") or system.get("accelerators")
-    pairs = []
-    for acc in accelerators or [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]:
-        providers = acc.get("execution_providers") or ["CPUExecutionProvider"]
-        for ep in providers if isinstance(providers, list) else [providers]:
-            ep = canonical_ep(str(ep))
-            pairs.append((str(acc.get("device") or EP_DEVICE.get(ep, "cpu")).lower(), ep))
+    pairs = accelerator_pairs(chosen if isinstance(chosen, dict) else systems.get(name))
+    for other, system in systems.items():
+        if other != name:
+            pairs += [p for p in accelerator_pairs(system) if p != ("cpu", "CPUExecutionProvider") and p not in pairs]
     return pairs
 
 
@@ -102,16 +102,16 @@ def runs_on(target: dict[str, Any], device: str, ep: str) -> bool:
 
 
 def device_changes(config: dict[str, Any], targets: list[dict[str, Any]], unmapped: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """The accelerators no target runs on: (reported ones, silent ones)."""
-    pairs = target_system(config)
-    reported_keys = [where for where, _ in unmapped if where.startswith(("systems", "engine.target", "target"))]
+    """The accelerators no target runs on: (reported ones, silent ones). One is reported when a key not
+    carried over names its execution provider, in the key or in the reason."""
     reported: list[str] = []
     silent: list[str] = []
-    for device, ep in pairs:
+    for device, ep in system_pairs(config):
         if any(runs_on(t, device, ep) for t in targets):
             continue
         text = f"{device}/{ep}"
-        (reported if reported_keys else silent).append(text)
+        told = any(ep in where or ep in why for where, why in unmapped)
+        (reported if told else silent).append(text)
     return reported, silent
 
 
@@ -127,7 +127,10 @@ def validate(path: Path) -> list[Any]:
 
 
 def missing_model(problem: Any) -> bool:
-    return problem.where in MISSING_MODEL_KEYS and not problem.message.startswith("unknown key")
+    """A problem that only says a Hub model or dataset is not in the (empty, offline) cache."""
+    from engine.olive.cli import awaits_cache
+
+    return bool(awaits_cache(problem))
 
 
 def one(path: Path, corpus: Path, scratch: Path) -> dict[str, Any]:
@@ -157,9 +160,25 @@ def one(path: Path, corpus: Path, scratch: Path) -> dict[str, Any]:
     row["valid"] = not problems
     row["valid_apart_from_missing_models"] = all(missing_model(p) for p in problems)
     row["missing_model"] = bool(problems) and row["valid_apart_from_missing_models"]
+    # the importer validates what it writes: it must agree with the validator run on the written file
+    row["importer_agrees"] = sorted((p.where, p.message) for p in translation.problems) == sorted((p.where, p.message) for p in problems)
+    row["stand_ins"] = sum("synthetic stand-in" in note for note in translation.notes)
     reported, silent = device_changes(config, translation.workflow.get("targets") or [], translation.unmapped)
     row["device_changes_reported"], row["device_changes_silent"] = reported, silent
     return row
+
+
+def long_named(corpus: Path, configs: list[Path], scratch: Path) -> tuple[Path, list[Path]]:
+    """The corpus copied to ``scratch``, each config beside a copy of itself named after its full path
+    (``a/b/config.json`` → ``a/b/a-b-config.json``): the long file names users give their configs."""
+    shutil.copytree(corpus, scratch, symlinks=True)
+    named = []
+    for path in configs:
+        relative = path.relative_to(corpus)
+        copy = scratch / relative.parent / relative.as_posix().replace("/", "-")
+        shutil.copyfile(path, copy)
+        named.append(copy)
+    return scratch, named
 
 
 def percent(part: int, whole: int) -> str:
@@ -183,6 +202,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "only_missing_models": sum(1 for r in imported if r["missing_model"]),
         "device_changes_reported": sum(len(r["device_changes_reported"]) for r in imported),
         "device_changes_silent": sum(len(r["device_changes_silent"]) for r in imported),
+        "stand_ins": sum(r["stand_ins"] for r in imported),
+        "configs_with_stand_ins": sum(1 for r in imported if r["stand_ins"]),
+        "importer_disagrees": sum(1 for r in imported if not r["importer_agrees"]),
         "passes": {kind: {"carried": carried[kind], "uses": uses[kind]} for kind, _ in uses.most_common()},
     }
 
@@ -199,12 +221,14 @@ def report(summary: dict[str, Any], rows: list[dict[str, Any]], show: int) -> No
     print(f"every pass carried               {percent(summary['every_pass_carried'], total)}")
     print(f"valid                            {percent(summary['valid'], total)}")
     print(
-        f"valid apart from missing models  {percent(summary['valid_apart_from_missing_models'], total)}"
-        f"  (goal >= {GOALS['valid_apart_from_missing_models']:.0%}; {summary['only_missing_models']} need only a Hub model)"
+        f"valid apart from missing Hub data  {percent(summary['valid_apart_from_missing_models'], total)}"
+        f"  (goal >= {GOALS['valid_apart_from_missing_models']:.0%}; {summary['only_missing_models']} need only a Hub model or dataset)"
     )
     print(
         f"device changes                   {summary['device_changes_reported']} reported, {summary['device_changes_silent']} silent (goal: 0 silent)"
     )
+    print(f"synthetic stand-ins              {summary['stand_ins']} in {summary['configs_with_stand_ins']} configs (goal: 0)")
+    print(f"importer's own validation        disagrees with the validator on {summary['importer_disagrees']} (goal: 0)")
     failures = Counter(r["error"] for r in rows if not r["imported"])
     problems = Counter(
         f"{p['where']}: {p['message']}"[:160]
@@ -225,6 +249,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", type=Path, help="folder of Olive configs (searched recursively)")
     parser.add_argument("--json", type=Path, help="also write the figures and each config's outcome here")
+    parser.add_argument(
+        "--long-names",
+        action="store_true",
+        help="import a copy of each config named after its full path in the corpus (beside it, so its files still resolve)",
+    )
     parser.add_argument("--show", type=int, default=10, help="most frequent failures and problems listed (0: none)")
     args = parser.parse_args()
     corpus = args.corpus.resolve()
@@ -236,6 +265,8 @@ def main() -> int:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["HF_HUB_CACHE"] = str(Path(scratch) / "hub-cache")  # empty: Hub models are not in it
         (Path(scratch) / "hub-cache").mkdir()
+        if args.long_names:
+            corpus, configs = long_named(corpus, configs, Path(scratch) / "corpus")
         rows = [one(path, corpus, Path(scratch) / "workflows") for path in configs]
     summary = summarize(rows)
     report(summary, rows, args.show)

@@ -88,6 +88,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "image_folder": "evaluators.data.image_folder:ImageFolder",
         "sklearn": "evaluators.data.sklearn:Sklearn",
         "custom": "evaluators.data.custom:Custom",
+        "hf_dataset": "evaluators.data.hf_dataset:HfDataset",
     },
 }
 

@@ -34,20 +34,23 @@ def make_hub_cache(
     revisions: Iterable[str] = ("main",),
     files: Iterable[str] | None = None,
     link: bool = True,
+    repo_type: str = "model",
 ) -> Path:
     """Lay ``folder``'s files out in the Hugging Face cache ``cache`` as repo ``repo_id`` at
     ``commit`` (default: a sha1 of the repo id and the files' contents, so the same files give
     the same commit), named by each of ``revisions`` (branches or tags: ``refs/<name>``).
     ``files``: the relative paths to copy (default: every file, subfolders included);
     ``link``: snapshot entries are symlinks to the blobs, as huggingface_hub makes them (False:
-    copies, as on a file system without links). Returns the snapshot folder."""
+    copies, as on a file system without links); ``repo_type``: ``dataset`` lays out a Hub dataset
+    (``datasets--ORG--NAME``, as ``hf download ORG/NAME --repo-type dataset`` does). Returns the
+    snapshot folder."""
     folder = Path(folder)
     names = sorted(files) if files is not None else sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     digests = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
     if commit is None:
         commit = hashlib.sha1(f"{repo_id}\n{sorted(digests.items())}".encode()).hexdigest()
     assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit), f"a commit is 40 hex digits: {commit}"
-    repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    repo = Path(cache) / f"{repo_type}s--{repo_id.replace('/', '--')}"
     snapshot = repo / "snapshots" / commit
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     for name, digest in digests.items():

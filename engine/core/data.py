@@ -229,6 +229,10 @@ class DataSource(ABC):
     #: the source is built from the consuming model's input signature (synthetic data): it is
     #: materialized where the model is at hand instead of once ahead of the run
     needs_signature: ClassVar[bool] = False
+    #: the source reads a Hugging Face Hub dataset its config names (``name``, ``revision``): before the
+    #: run the engine finds it in the Hub cache and sets the config's ``commit`` (recorded in
+    #: workflow.lock.json) and ``folder`` (the snapshot, whose files enter the dataset's key)
+    hub_dataset: ClassVar[bool] = False
 
     def __init__(self, config: DataSourceConfig) -> None:
         self.config = config

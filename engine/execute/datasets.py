@@ -56,6 +56,9 @@ class Datasets:
                 option: located(resolved, f"data.{name}.{option}", lambda p=Path(path): store.cached_digest(p, "file"))
                 for option, path in referenced(entry.cls.Config, entry.config, RefKind.FILE).items()
             }
+            if getattr(entry.cls, "hub_dataset", False):  # a Hub dataset's snapshot, hashed by content (its path never enters the key)
+                folder = Path(entry.config["folder"])
+                file_digests["folder"] = located(resolved, f"data.{name}.name", lambda f=folder: store.cached_digest(f, "hf_dataset"))
             self.keys[name], self.docs[name] = keys.dataset_key(entry.cls, entry.config, file_digests, input_model.digest)
 
     def materialize(self, executor: Executor, hooks: Hooks, gate: Gate | None = None) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +75,62 @@ def load_translation(path: Path, dest_dir: Path) -> Translation:
                 for where, expected, given in wrong
             ]
         )
-    return translate(data, path, dest_dir)
+    translation = translate(data, path, dest_dir)
+    translation.problems = validation_problems(translation, path, dest_dir)
+    return translation
+
+
+#: the keys of a problem that only says a Hub model or dataset is not in this machine's cache
+CACHE_KEYS = ("input.model", "input.revision")
+
+
+def awaits_cache(problem: Problem) -> bool:
+    """Whether a validation problem says only that a Hub model or dataset is not in the local cache
+    (fetched on a connected machine, it goes away), not that the workflow is wrong."""
+    if problem.message.startswith("unknown key"):
+        return False
+    if problem.where in CACHE_KEYS:
+        return True
+    parts = problem.where.split(".")
+    return len(parts) >= 2 and parts[0] == "data" and "not in the Hugging Face datasets cache" in problem.message
+
+
+def validation_problems(translation: Translation, source: Path, dest_dir: Path) -> list[Problem]:
+    """The translated workflow run through Kiln's validator as it will be written (into ``dest_dir``, where
+    its relative paths hold): every problem it has. One written where it cannot be checked is told in a note."""
+    from engine.workflow import load_workflow
+
+    text = to_yaml(translation, source)
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=".kiln-import-", suffix=".yaml", dir=dest_dir)
+    except OSError as error:
+        translation.notes.append(f"the workflow was not validated: {dest_dir} cannot be written ({error.strerror or error})")
+        return []
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        load_workflow(Path(name))
+    except InputError as error:
+        return [_relocated(problem, dest_dir) for problem in error.problems]
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return []
+
+
+def _relocated(problem: Problem, dest_dir: Path) -> Problem:
+    """A problem of the scratch copy, named by the folder the workflow goes to (the copy is gone)."""
+    if problem.file and Path(problem.file).name.startswith(".kiln-import-"):
+        return dataclasses.replace(problem, file=str(dest_dir / "<imported workflow>"))
+    return problem
 
 
 def to_yaml(translation: Translation, source: Path) -> str:
     header = f"# Translated from the Olive config {source.name} by `engine import-olive`.\n"
     if translation.unmapped:
         header += "# Not carried over:\n" + "".join(f"#   {where}: {why}\n" for where, why in translation.unmapped)
+    if translation.notes:  # how the carried keys were carried (a pass folded into another, a stand-in): said in the file too
+        header += "# Notes:\n" + "".join(f"#   {' '.join(note.split())}\n" for note in translation.notes)
     body = yaml.safe_dump(translation.workflow, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
     return header + str(body)
 
@@ -118,7 +170,7 @@ def import_command(config: Path, output: Path | None) -> int:
             ) from error
         print(f"wrote {output} (from {config})")
         print_translation(translation)
-        _check(output)
+        _told(output, translation)
     else:
         print_translation(translation, text)
     return 0
@@ -140,13 +192,14 @@ def run_path(config: Path) -> Path:
     return target
 
 
-def _check(path: Path) -> None:
-    """Validate the written workflow; what still needs a hand (a hub model, say) is told, not fatal."""
-    from engine.workflow import load_workflow
-
-    try:
-        load_workflow(path)
-    except InputError as error:
-        print(f"{path} does not validate yet (fix it by hand):\n{error}")
+def _told(path: Path, translation: Translation) -> None:
+    """What Kiln's validator said of the written workflow; what still needs a hand (a Hub model or dataset
+    to fetch, say) is told, not fatal."""
+    if not translation.problems:
+        print(f"{path}: valid")
         return
-    print(f"{path}: valid")
+    fetch = [p for p in translation.problems if awaits_cache(p)]
+    if len(fetch) == len(translation.problems):
+        print(f"{path}: valid once these are in the Hugging Face cache:\n{InputError(fetch)}")
+    else:
+        print(f"{path} does not validate yet (fix it by hand):\n{InputError(translation.problems)}")

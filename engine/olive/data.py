@@ -54,6 +54,14 @@ OLIVE_COMPONENTS = frozenset(
         "vision_vqa_dataloader",
     }
 )
+#: Olive user-script pre-processings of an image dataset (the recipes' names for them)
+IMAGE_PRE = frozenset({"image_pre_process", "dataset_pre_process"})
+#: words in a Hub dataset's name that say it holds images (a script's pre-processing does not say which)
+IMAGE_DATASET_WORDS = ("imagenet", "image", "cifar", "mnist")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: the datasets library's builders of local files (data_name csv, json...): not a Hub dataset
+FILE_BUILDERS = frozenset({"csv", "json", "text", "parquet", "arrow", "imagefolder", "audiofolder"})
 #: Olive's load_dataset components that read local files or make data (not a Hub dataset)
 LOCAL_DATASETS = frozenset({"local_dataset", "simple_dataset", "dummy_dataset", "raw_dataset", "default_load_dataset"})
 
@@ -125,8 +133,14 @@ def _user_data(config: dict[str, Any], user: dict[str, str], where: str, ctx: An
         key = "dataloader_config"
     else:  # the script processes a dataset Kiln does not read (a Hub dataset)
         source = _container(config, where, ctx)
+        why = (
+            "processes the dataset above, which is not carried over"
+            if source is None
+            else "the user script's processing of the dataset above: Kiln's source reads and tokenizes its columns itself; "
+            "fold anything more into a custom data source"
+        )
         for other in user.values():
-            ctx.skip(f"{where}: {other}", "processes the dataset above, which is not carried over")
+            ctx.skip(f"{where}: {other}", why)
         return source
     first = user[key]
     for component, other in user.items():
@@ -167,10 +181,12 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
         suffix = Path(str(file)).suffix if file else ""
         if file and ctx.exists(str(file)) and suffix in (".csv", ".json", ".jsonl", ".txt"):
             return _local_file(str(file), suffix, pre, ctx)
+        if load.get("data_name") and str(load["data_name"]).lower() not in FILE_BUILDERS:
+            return hub_dataset(kind, load, pre, where, ctx)
         ctx.skip(
             f"{where}.load_dataset_config",
-            f"the Hugging Face Hub dataset {load.get('data_name') or '(unnamed)'}: Kiln reads datasets from files; save it as "
-            "csv/jsonl/text and point a data source at it",
+            f"the {load.get('data_name') or 'unnamed'} files {files!r} are not beside the config: save them as csv/jsonl/text "
+            "and point a data source at them",
         )
         return None
     if kind == "RawDataContainer":
@@ -178,6 +194,99 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
         return None
     ctx.skip(f"{where}.type", f"no Kiln data source for Olive's {kind or 'untyped'} container")
     return None
+
+
+def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] | None:
+    """Olive's Hub dataset (load_dataset_config: data_name, subset, split; pre_process_data_config: its columns,
+    lengths and sample count) as Kiln's hf_dataset, read from the Hub cache; None (listed) when Kiln cannot
+    read its samples (no text column, or text with no Hugging Face tokenizer at hand)."""
+    name = str(load["data_name"])
+    load, pre = {**load, **(load.get("params") or {})}, {**pre, **(pre.get("params") or {})}
+    cols = pre.get("input_cols") or pre.get("text_cols") or []
+    cols = [cols] if isinstance(cols, str) else list(cols)
+    generation = kind == "TextGenerationContainer" or bool(pre.get("strategy")) or ("text_cols" in pre and not pre.get("input_cols"))
+    image_col = pre.get("input_col") or pre.get("image_col")
+    images = str(pre.get("type", "")).lower() in IMAGE_PRE and any(word in name.lower() for word in IMAGE_DATASET_WORDS)
+    if not cols and not generation and (image_col or images):
+        return _hub_images(name, load, pre, str(image_col or "image"), where, ctx)
+    if not cols and not generation:
+        ctx.skip(
+            f"{where}.load_dataset_config",
+            f"the Hugging Face Hub dataset {name}: the config names none of its columns (input_cols, input_col) and the recipe's "
+            "script picks the samples (Kiln does not run it): give an hf_dataset its text, image or feature column by hand",
+        )
+        return None
+    if ctx.input_format != "hf" and not pre.get("tokenizer"):
+        ctx.skip(
+            f"{where}.load_dataset_config",
+            f"the Hugging Face Hub dataset {name}: its text is tokenized with the input model's tokenizer, and this {ctx.input_format} "
+            "input has none: give the hf_dataset `tokenizer: <folder holding the tokenizer>`",
+        )
+        return None
+    result: dict[str, Any] = {"source": "hf_dataset", "name": name}
+    if load.get("subset"):
+        result["config"] = str(load["subset"])
+    result["hf_split"] = str(load.get("split") or "train")
+    result["text_column"] = str(cols[0]) if cols else "text"
+    if generation:
+        strategy = str(pre.get("strategy") or "join")
+        result["join"] = strategy.startswith("join")
+        result["max_length"] = int(pre.get("max_seq_len") or pre.get("max_length") or 1024)
+        if strategy == "join-random":
+            ctx.notes.append(
+                f"{where}: Olive's join-random strategy draws random windows of the joined text; Kiln's join takes them in order"
+            )
+        elif not result["join"]:
+            ctx.notes.append(f"{where}: Olive's {strategy} strategy → one sample per row, padded to max_length")
+    else:
+        if len(cols) > 1:
+            result["text_pair_column"] = str(cols[1])
+        if len(cols) > 2:
+            ctx.skip(f"{where}.pre_process_data_config.input_cols", f"{cols[2:]}: Kiln tokenizes a text or a pair of texts")
+        if pre.get("label_col"):
+            result["label_column"] = str(pre["label_col"])
+        if pre.get("max_length") or pre.get("max_seq_len"):
+            result["max_length"] = int(pre.get("max_length") or pre["max_seq_len"])
+        if pre.get("padding") in ("max_length", "longest"):
+            result["padding"] = pre["padding"]
+    if pre.get("max_samples"):
+        result["limit"] = int(pre["max_samples"])
+    for key in ("streaming", "trust_remote_code"):
+        if load.get(key):
+            ctx.notes.append(f"{where}.load_dataset_config.{key}: Kiln reads the dataset's files from the Hub cache (no script, no stream)")
+    ctx.notes.append(
+        f"{where}: the Hugging Face Hub dataset {name} → hf_dataset, read from the Hub cache: fetch it on a connected machine "
+        f"with `hf download {name} --repo-type dataset`"
+    )
+    return result
+
+
+def _hub_images(name: str, load: dict[str, Any], pre: dict[str, Any], column: str, where: str, ctx: Any) -> dict[str, Any]:
+    """A Hub dataset of images (ImageNet-like, pre-processed by the recipe's script) as hf_dataset's
+    image_column: 224 x 224, ImageNet's mean and std, fed to the model's first input."""
+    shapes = ctx.export.get("input_shapes") or {}
+    result: dict[str, Any] = {
+        "source": "hf_dataset",
+        "name": name,
+        **({"config": str(load["subset"])} if load.get("subset") else {}),
+        "hf_split": str(load.get("split") or "train"),
+        "image_column": column,
+        "size": [224, 224],
+        "mean": list(IMAGENET_MEAN),
+        "std": list(IMAGENET_STD),
+        "input_name": next(iter(shapes), "pixel_values"),
+    }
+    if pre.get("label_col"):
+        result["label_column"] = str(pre["label_col"])
+    samples = pre.get("max_samples") or (pre.get("size") if str(pre.get("type", "")).lower() == "dataset_pre_process" else None)
+    if isinstance(samples, int) and samples > 0:
+        result["limit"] = samples
+    ctx.notes.append(
+        f"{where}: the Hugging Face Hub dataset {name} → hf_dataset's image_column, read from the Hub cache (`hf download {name} "
+        "--repo-type dataset`); the recipe's image transforms (and any label remapping) are approximated: resized to 224 x 224, "
+        f"ImageNet's mean and std, fed to input '{result['input_name']}': check them against the model's"
+    )
+    return result
 
 
 def _local_file(file: str, suffix: str, pre: dict[str, Any], ctx: Any) -> dict[str, Any]:

@@ -9,12 +9,14 @@ nearest of the two folders above it that has them (where recipes are run from).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.config import ID_MAX_LENGTH
 from engine.core.errors import InputError, Problem
 from engine.olive.chain import task_refused, translate_steps
 from engine.olive.data import translate_data
@@ -24,6 +26,19 @@ from engine.olive.systems import translate_targets
 
 #: Olive's model types, lower-cased: Olive matches them case-insensitively
 MODEL_TYPES = ("hfmodel", "pytorchmodel", "onnxmodel", *NO_INPUT)
+#: hex characters of the hash that keeps a shortened workflow name apart from others sharing its head
+NAME_HASH_CHARS = 8
+#: what Olive calibrates a Hugging Face model's GPTQ-style pass on when it is given no data
+OLIVE_DEFAULT_CALIBRATION = {
+    "source": "hf_dataset",
+    "name": "wikitext",
+    "config": "wikitext-2-raw-v1",
+    "hf_split": "train[:1000]",
+    "text_column": "text",
+    "join": True,
+    "max_length": 2048,
+    "limit": 128,
+}
 #: how far up from the Olive file a relative path is looked for: recipes are often run from a parent folder
 PARENT_LEVELS = 2
 
@@ -33,6 +48,7 @@ class Translation:
     workflow: dict[str, Any]
     unmapped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # what Kiln's validator says of the workflow (engine.olive.cli)
 
 
 @dataclass
@@ -50,6 +66,7 @@ class Context:
     at: str = ""  # the Olive key being translated: where a malformed value is reported
     qnn: bool = False  # the target system runs QNN's provider: Olive quantizes statically with QNN's rules
     split_info: dict[str, Any] | None = None  # what a CaptureSplitInfo recorded, for the SplitModel after it
+    input_format: str = ""  # the translated input's format: a Hub dataset's text is tokenized with an hf input's tokenizer
 
     def skip(self, where: str, reason: str) -> None:
         self.unmapped.append((where, reason))
@@ -96,6 +113,21 @@ class Context:
         self.evaluations.append(entry)
         return str(entry["id"])
 
+    def default_text_calibration(self, where: str) -> str:
+        """The data Olive calibrates a Hugging Face model's GPTQ-style pass on when the pass names none
+        (olive's get_calibration_data_config: wikitext-2-raw-v1 train[:1000], joined into 128 samples of
+        2048 tokens), as an hf_dataset; its id."""
+        if self.input_format != "hf":
+            return self.dataset("calibration", where)
+        key = "wikitext2_calibration"
+        if key not in self.data:
+            self.data[key] = dict(OLIVE_DEFAULT_CALIBRATION)
+            self.notes.append(
+                f"{where}: none given: Olive's default calibration data (wikitext-2-raw-v1 train[:1000], joined into 128 samples "
+                f"of 2048 tokens) → hf_dataset '{key}'; fetch it with `hf download wikitext --repo-type dataset`"
+            )
+        return key
+
     def dataset(self, name: Any, where: str) -> str:
         """A Kiln dataset for an Olive data config name; an unknown or untranslatable one gets a stand-in."""
         key = plain(str(name))
@@ -121,6 +153,19 @@ def _runs_qnn(systems: Any, target: Any) -> bool:
 def plain(name: str) -> str:
     """A Kiln id (a plain name) from an Olive name."""
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-") or "step"
+
+
+def workflow_name(name: str) -> str:
+    """A workflow name Kiln's validator accepts, stable for a given Olive name: the plain name when it fits
+    (a letter first, at most ID_MAX_LENGTH characters), else its head and a short hash of the whole name."""
+    text = plain(name)
+    if not text[0].isalpha():
+        text = f"olive-{text}"
+    if len(text) <= ID_MAX_LENGTH:
+        return text
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:NAME_HASH_CHARS]
+    head = text[: ID_MAX_LENGTH - NAME_HASH_CHARS - 1].rstrip("_-")
+    return f"{head}-{digest}"
 
 
 def is_olive_config(data: Any) -> bool:
@@ -163,9 +208,13 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
     engine = {**(config.get("engine") or {}), **{k: v for k, v in config.items() if k in ENGINE_KEYS}}
     ctx.searching = bool(config.get("search_strategy"))
     passes = config.get("passes") or {}
-    workflow: dict[str, Any] = {"version": 1, "name": plain(str(config.get("workflow_id") or source.stem))}
+    full_name = str(config.get("workflow_id") or source.stem)
+    workflow: dict[str, Any] = {"version": 1, "name": workflow_name(full_name)}
+    if workflow["name"] != plain(full_name):
+        workflow["description"] = f"Olive workflow {full_name!r}, named to fit Kiln's rule ({ID_MAX_LENGTH} characters at most)"
     ctx.at = "input_model"
     workflow["input"] = translate_input(config.get("input_model"), ctx)
+    ctx.input_format = str(workflow["input"].get("format", ""))
     translate_data(config.get("data_configs") or [], ctx)
     ctx.qnn = _runs_qnn(config.get("systems") or {}, engine.get("target"))
     workflow["steps"], session = translate_steps(passes, workflow["input"]["format"], ctx)
@@ -194,7 +243,7 @@ def _translate(config: dict[str, Any], source: Path, ctx: Context) -> Translatio
             ctx.skip(key, "not an Olive 0.13 RunConfig key Kiln knows")
     if not workflow["data"]:
         del workflow["data"]
-    order = ("version", "name", "input", "data", "targets", "steps", "evaluate", "select", "search", "output", "cache")
+    order = ("version", "name", "description", "input", "data", "targets", "steps", "evaluate", "select", "search", "output", "cache")
     return Translation({k: workflow[k] for k in order if k in workflow}, ctx.unmapped, ctx.notes)
 
 

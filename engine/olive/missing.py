@@ -23,13 +23,16 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     # vendor toolchains: each names the SDK Olive's pass imports, and why Kiln does not run it here
     "quantizes a Hugging Face / PyTorch model with AMD Quark's torch path (quark.torch: the LLM weight schemes, "
-    "uint4 AWQ and the like, for the Ryzen AI model generator after it), which Kiln does not wrap; Kiln's "
-    "quark_quantize runs Quark's ONNX path, for an ONNX model": ("quarkquantization",),
+    "uint4 AWQ and the like, for the Ryzen AI model generator after it), which Kiln does not wrap: amd-quark 0.13 "
+    "installs here, but its output is a quantized checkpoint only that generator (Windows, Ryzen AI) turns into a model; "
+    "Kiln's quark_quantize runs Quark's ONNX path, for an ONNX model": ("quarkquantization",),
     "quantizes a Hugging Face / PyTorch model with AMD Quark's torch path and Vitis AI's LLM settings (quark.torch, "
-    "for the Ryzen AI model generator after it), which Kiln does not wrap; Kiln's quark_quantize runs Quark's ONNX "
-    "path, for an ONNX model": ("quarkquantizationvitisai",),
+    "for the Ryzen AI model generator after it), which Kiln does not wrap: amd-quark 0.13 installs here, but its output is "
+    "a quantized checkpoint only that generator (Windows, Ryzen AI) turns into a model; Kiln's quark_quantize runs "
+    "Quark's ONNX path, for an ONNX model": ("quarkquantizationvitisai",),
     "needs the Ryzen AI software's model_generate (AMD's NPU model generator for LLMs, shipped with the Ryzen AI SDK for "
-    "Windows on Ryzen AI processors, not on PyPI)": ("vitisgeneratemodelllm", "ryzengeneratemodelllm"),
+    "Windows on Ryzen AI processors; model-generate 0.0.3 on PyPI is a placeholder whose wheel holds only its version "
+    "string)": ("vitisgeneratemodelllm", "ryzengeneratemodelllm"),
     "needs the Ryzen AI software's model_generate (its Stable Diffusion generator, shipped with the Ryzen AI SDK for "
     "Windows on Ryzen AI processors, not on PyPI)": ("vitisgeneratemodelsd",),
     "needs Qualcomm's QNN SDK (its converter, model-library and context-binary tools; Qualcomm's download, not on PyPI)": (
@@ -37,14 +40,15 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "qnnmodellibgenerator",
         "qnncontextbinarygenerator",
     ),
-    "needs Qualcomm's QAIRT SDK (the qairt Python API and its GenAI builder; Qualcomm's download, not on PyPI)": (
+    "needs Qualcomm's QAIRT SDK (the qairt Python API and its GenAI builder; Qualcomm's download: PyPI has no qairt-dev distribution)": (
         "qairtpreparation",
         "qairtgenaibuilder",
         "qairtencapsulation",
         "qairtpipelinepass",
     ),
     "needs Qualcomm's QAIRT tooling (its MHA-to-SHA rewrite for the HTP backend), which Kiln does not wrap": ("qairtmha2sha",),
-    "needs NVIDIA's ModelOpt (nvidia-modelopt's modelopt.onnx quantizers, built for CUDA GPUs), which Kiln does not wrap": (
+    "needs NVIDIA's ModelOpt ONNX quantizers (nvidia-modelopt[onnx] 0.47 requires cupy-cuda12x and onnxruntime-gpu on "
+    "Linux x86_64: a CUDA stack), which Kiln does not wrap": (
         "nvmodeloptquantization",
         "nvmodeloptgraphsurgery",
     ),

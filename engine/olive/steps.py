@@ -54,7 +54,10 @@ def step_options(spec: PassSpec, configs: list[dict[str, Any]], where: str, ctx:
         or (spec.kiln == "selective_mixed_precision" and config.get("algorithm") == "kld_gradient")
     )
     if spec.data and needs_data and spec.data not in config and spec.data not in search:
-        config[spec.data] = ctx.dataset("calibration", f"{where}.data_config")
+        if spec.kiln in ("gptq", "selective_mixed_precision"):  # Olive's default: wikitext-2 for a Hugging Face model
+            config[spec.data] = ctx.default_text_calibration(f"{where}.data_config")
+        else:
+            config[spec.data] = ctx.dataset("calibration", f"{where}.data_config")
     return config, search
 
 

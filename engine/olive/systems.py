@@ -59,13 +59,58 @@ def canonical_ep(name: str) -> str:
 
 
 def translate_targets(systems: dict[str, Any], chosen: Any, runtime: str, ctx: Any) -> list[dict[str, Any]]:
+    """The targets of the engine's target system (the first system when the engine names none). With no
+    target named, every other system with an accelerator beyond the CPU is a target too (the recipe names
+    it for that device); with one named, the other systems' accelerators are listed, each with its reason."""
     name = chosen if isinstance(chosen, str) else next(iter(systems), None)
     system = (chosen if isinstance(chosen, dict) else systems.get(str(name))) if name or chosen else None
-    for other in systems:
-        if other != name:
-            ctx.skip(f"systems.{other}", "not the engine's target system: Kiln runs the target system's accelerators")
-    accelerators: list[Any] = [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]
     where = f"systems.{name}" if isinstance(name, str) else "engine.target"
+    targets = _system_targets(system, where, runtime, ctx)
+    for other, config in systems.items():
+        if other == name:
+            continue
+        beyond_cpu = [pair for pair in accelerator_pairs(config) if pair != ("cpu", "CPUExecutionProvider")]
+        if chosen is None and beyond_cpu:
+            ctx.notes.append(
+                f"systems.{other}: the engine names no target system; its accelerators ({_pairs(beyond_cpu)}) are targets "
+                f"beside those of systems.{name}"
+            )
+            for target in _system_targets(config, f"systems.{other}", runtime, ctx):
+                if all(t["id"] != target["id"] for t in targets):
+                    targets.append(target)
+        elif beyond_cpu:
+            ctx.skip(
+                f"systems.{other}",
+                f"{_pairs(beyond_cpu)}: not the engine's target system ({where}); name it in engine.target to optimize for it",
+            )
+        else:
+            ctx.skip(f"systems.{other}", "not the engine's target system: Kiln runs the target system's accelerators")
+    return targets
+
+
+def accelerator_pairs(system: Any) -> list[tuple[str, str]]:
+    """The (device, execution provider) pairs of an Olive system; a device left out is the one Olive
+    infers from the execution provider, a system without accelerators is Olive's local CPU."""
+    accelerators: Any = None
+    if isinstance(system, dict):
+        accelerators = (system.get("config") or {}).get("accelerators") or system.get("accelerators")
+    pairs = []
+    for acc in accelerators or [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]:
+        if not isinstance(acc, dict):
+            continue
+        providers = acc.get("execution_providers") or ["CPUExecutionProvider"]
+        for ep in providers if isinstance(providers, list) else [providers]:
+            ep = canonical_ep(str(ep))
+            pairs.append((str(acc.get("device") or EP_DEVICE.get(ep, "cpu")).lower(), ep))
+    return pairs
+
+
+def _pairs(pairs: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{device} + {ep}" for device, ep in pairs)
+
+
+def _system_targets(system: Any, where: str, runtime: str, ctx: Any) -> list[dict[str, Any]]:
+    accelerators: list[Any] = [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]
     ctx.at = where
     if isinstance(system, dict):
         kind = str(system.get("type", "LocalSystem"))

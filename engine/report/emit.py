@@ -116,6 +116,11 @@ def lock_document(report: RunReport) -> dict[str, Any]:
         "environments": environments_document(resolved),
         "input": {"format": report.input.format, "digest": report.input.digest, "attrs": report.input.attrs},
         "datasets": report.datasets,
+        "hub_datasets": {
+            name: {key: entry.config.get(key) for key in ("name", "config", "hf_split", "revision", "commit")}
+            for name, entry in resolved.datasets.items()
+            if getattr(entry.cls, "hub_dataset", False)
+        },
         "targets": {
             tid: {"fingerprint": t.instance.fingerprint(), "available": t.availability.ok, "reason": t.availability.reason}
             for tid, t in resolved.targets.items()

@@ -108,17 +108,28 @@ def load_tokenizer(source: str, folder: Path, trust_remote_code: bool = False) -
         ) from error
 
 
-def tokenize(
-    source: str, texts: list[str], cfg: TokenizedConfig, input_model: ModelArtifact | None, path: str
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """``texts`` as padded int64 arrays by input name (``input_ids``, ``attention_mask``, ...),
-    plus what the meta of the dataset records about the tokenization."""
-    import numpy as np
-
+def input_tokenizer(source: str, cfg: TokenizedConfig, input_model: ModelArtifact | None) -> tuple[Any, Path]:
+    """The tokenizer ``cfg.tokenizer`` names (and its folder)."""
     folder = tokenizer_folder(source, cfg.tokenizer, input_model)
     # the input's tokenizer runs its folder's code only when the workflow says so (input.trust_remote_code)
     remote_code = cfg.tokenizer == "input" and input_model is not None and input_model.attrs.get("trust_remote_code") is True
-    tokenizer = load_tokenizer(source, folder, remote_code)
+    return load_tokenizer(source, folder, remote_code), folder
+
+
+def tokenize(
+    source: str,
+    texts: list[str],
+    cfg: TokenizedConfig,
+    input_model: ModelArtifact | None,
+    path: str,
+    pairs: list[str] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``texts`` (with ``pairs``: each text and its pair, as a sentence-pair task reads them) as
+    padded int64 arrays by input name (``input_ids``, ``attention_mask``, ...), plus what the meta
+    of the dataset records about the tokenization."""
+    import numpy as np
+
+    tokenizer, folder = input_tokenizer(source, cfg, input_model)
     padded_with = None
     if tokenizer.pad_token is None:
         # a decoder's tokenizer often has none: pad with its end-of-sequence token, which the
@@ -133,7 +144,7 @@ def tokenize(
                 hint="use a tokenizer that defines pad_token",
             )
         tokenizer.pad_token = padded_with
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False, padding=False)["input_ids"]]
+    lengths = [len(ids) for ids in tokenizer(texts, pairs, truncation=False, padding=False)["input_ids"]]
     too_long = [index for index, length in enumerate(lengths) if length > cfg.max_length]
     if too_long and not cfg.truncation and cfg.padding == "max_length":
         first = too_long[0]
@@ -146,6 +157,7 @@ def tokenize(
         )
     encoded = tokenizer(
         texts,
+        pairs,
         padding=cfg.padding,
         truncation=cfg.truncation,
         max_length=cfg.max_length if (cfg.truncation or cfg.padding == "max_length") else None,

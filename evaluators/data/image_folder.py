@@ -32,6 +32,34 @@ PROCESSOR_SETS = ("size", "resample", "grayscale", "mean", "std", "layout")
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
+def scaled(image: Any, cfg: Any) -> np.ndarray:
+    """A PIL image converted (RGB, or L when ``cfg.grayscale``), resized to ``cfg.size`` and scaled to
+    [0, 1]: [height, width, channels] float32. ``cfg`` has size, resample and grayscale (ImageFolder's)."""
+    from PIL import Image
+
+    filters = {
+        "nearest": Image.Resampling.NEAREST,
+        "bilinear": Image.Resampling.BILINEAR,
+        "bicubic": Image.Resampling.BICUBIC,
+        "lanczos": Image.Resampling.LANCZOS,
+    }
+    height, width = cfg.size
+    converted = image.convert("L" if cfg.grayscale else "RGB").resize((width, height), filters[cfg.resample])
+    return np.asarray(converted, dtype=np.float32).reshape(height, width, 1 if cfg.grayscale else 3) / 255.0
+
+
+def normalized(pixels: np.ndarray, cfg: Any) -> np.ndarray:
+    """Scaled images [samples, height, width, channels] with ``cfg.mean`` subtracted and divided by
+    ``cfg.std`` per channel, in ``cfg.layout``."""
+    if cfg.mean is not None:
+        pixels -= np.asarray(cfg.mean, dtype=np.float32)
+    if cfg.std is not None:
+        pixels /= np.asarray(cfg.std, dtype=np.float32)
+    if cfg.layout == "NCHW":
+        pixels = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
+    return pixels
+
+
 class ImageFolder(DataSource):
     name = "image_folder"
     summary = "Images in one sub-folder per class (sorted names → class ids), resized and normalized into one float32 input."
@@ -162,31 +190,17 @@ class ImageFolder(DataSource):
             name, pixels = processed(self.name, samples, cfg.processor, None if cfg.input_name == "input" else cfg.input_name, input_model)
             return self._dataset(classes, samples, name, pixels)
         height, width = cfg.size
-        filters = {
-            "nearest": Image.Resampling.NEAREST,
-            "bilinear": Image.Resampling.BILINEAR,
-            "bicubic": Image.Resampling.BICUBIC,
-            "lanczos": Image.Resampling.LANCZOS,
-        }
         channels = 1 if cfg.grayscale else 3
         pixels = np.empty((len(samples), height, width, channels), dtype=np.float32)
         for row, (file, _) in enumerate(samples):
             try:
                 with Image.open(file) as image:
-                    converted = image.convert("L" if cfg.grayscale else "RGB").resize((width, height), filters[cfg.resample])
-                    array = np.asarray(converted, dtype=np.float32)
+                    pixels[row] = scaled(image, cfg)
             except (UnidentifiedImageError, OSError, ValueError) as error:
                 raise self._error(
                     "path", f"cannot read image {file}: {error}", given=str(file), hint="remove or replace the file"
                 ) from error
-            pixels[row] = array.reshape(height, width, channels) / 255.0
-        if cfg.mean is not None:
-            pixels -= np.asarray(cfg.mean, dtype=np.float32)
-        if cfg.std is not None:
-            pixels /= np.asarray(cfg.std, dtype=np.float32)
-        if cfg.layout == "NCHW":
-            pixels = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
-        return self._dataset(classes, samples, cfg.input_name, pixels)
+        return self._dataset(classes, samples, cfg.input_name, normalized(pixels, cfg))
 
     def _dataset(self, classes: list[str], samples: list[tuple[Path, int]], input_name: str, pixels: np.ndarray) -> Dataset:
         cfg = self.config

@@ -47,8 +47,9 @@ class Table:
     lines: list[int]
 
 
-class TabularConfig(TokenizedConfig):
-    path: FilePath = Field(description="The file; relative paths are taken from the workflow's folder.")
+class ColumnsConfig(TokenizedConfig):
+    """Which columns of a table of samples make the inputs and the labels (a file's or a Hub dataset's)."""
+
     text_column: str | None = Field(
         default=None,
         description="The column holding text, tokenized with `tokenizer` into input_ids, attention_mask, ... Give this or `feature_columns`.",
@@ -73,9 +74,12 @@ class TabularConfig(TokenizedConfig):
     limit: int | None = Field(default=None, ge=1, description="Keep only the first N rows. Omit for all.")
 
     @model_validator(mode="after")
-    def _one_kind_of_input(self) -> TabularConfig:
-        if (self.text_column is None) == (self.feature_columns is None):
-            raise ValueError("give exactly one of `text_column` (text to tokenize) or `feature_columns` (numbers)")
+    def _one_kind_of_input(self) -> ColumnsConfig:
+        kinds = {"`text_column` (text to tokenize)": self.text_column, "`feature_columns` (numbers)": self.feature_columns}
+        if "image_column" in type(self).model_fields:  # a source that also reads images (hf_dataset)
+            kinds["`image_column` (images)"] = getattr(self, "image_column", None)
+        if sum(value is not None for value in kinds.values()) != 1:
+            raise ValueError("give exactly one of " + " or ".join(kinds))
         if self.label_map is not None and self.label_column is None:
             raise ValueError("`label_map` needs `label_column`")
         if self.label_map is not None and any(value < 0 for value in self.label_map.values()):
@@ -83,12 +87,17 @@ class TabularConfig(TokenizedConfig):
         return self
 
 
+class TabularConfig(ColumnsConfig):
+    path: FilePath = Field(description="The file; relative paths are taken from the workflow's folder.")
+
+
 class _Tabular(DataSource):
     """What CSV and JSON Lines share once the rows are read."""
 
     version = "1"
     libraries = ("transformers", "tokenizers")
-    config: TabularConfig
+    config: Any  # a TabularConfig, or another ColumnsConfig (hf_dataset)
+    origin = ""  # where the rows were read (a file, a Hub dataset), for messages
 
     def error(self, where: str, message: str, **parts: str | None) -> InputError:
         return source_error(self.name, where, message, **parts)
@@ -98,8 +107,7 @@ class _Tabular(DataSource):
         """Every row of the file, the header (or the keys seen) as ``columns``."""
 
     def load(self, input_model: ModelArtifact | None, signature: list[TensorSpec] | None = None) -> Dataset:
-        cfg = self.config
-        path = Path(cfg.path)
+        path = Path(self.config.path)
         if not path.is_file():
             raise self.error(
                 "path",
@@ -107,16 +115,21 @@ class _Tabular(DataSource):
                 given=str(path),
                 hint="check the path (relative paths are taken from the workflow's folder)",
             )
-        table = self.read_table(path)
+        return self.from_table(self.read_table(path), input_model, str(path))
+
+    def from_table(self, table: Table, input_model: ModelArtifact | None, origin: str) -> Dataset:
+        """The dataset of a table's rows (``origin`` names where they were read, in meta and errors)."""
+        cfg: ColumnsConfig = self.config
+        self.origin = origin
         if cfg.limit is not None:
             table = Table(table.columns, table.rows[: cfg.limit], table.lines[: cfg.limit])
         if not table.rows:
-            raise self.error("path", "the file holds no rows: no samples to read", given=str(path), hint=self.format_hint())
-        self._check_columns(table, path)
-        meta: dict[str, Any] = {"source": self.name, "path": str(path), "samples": len(table.rows)}
+            raise self.error("path", "the file holds no rows: no samples to read", given=origin, hint=self.format_hint())
+        self._check_columns(table, origin)
+        meta: dict[str, Any] = {"source": self.name, "path": origin, "samples": len(table.rows)}
         if cfg.text_column is not None:
             texts = [self._text(table, index, cfg.text_column) for index in range(len(table.rows))]
-            inputs, tokenized = tokenize(self.name, texts, cfg, input_model, str(path))
+            inputs, tokenized = self.tokenized(table, texts, input_model, origin)
             meta.update(tokenized)
         else:
             assert cfg.feature_columns is not None
@@ -127,14 +140,20 @@ class _Tabular(DataSource):
             labels, label_meta = self._labels(table, cfg.label_column)
             meta.update(label_meta)
         meta["inputs"] = sorted(inputs)
-        logger.debug("%s: %d samples from %s", self.name, len(table.rows), path)
+        logger.debug("%s: %d samples from %s", self.name, len(table.rows), origin)
         return Dataset(inputs=inputs, labels=labels, meta=meta)
+
+    def tokenized(
+        self, table: Table, texts: list[str], input_model: ModelArtifact | None, origin: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The text column's samples tokenized (a source with more to say of its text overrides it)."""
+        return tokenize(self.name, texts, self.config, input_model, origin)
 
     def format_hint(self) -> str:
         return "put one sample per row"
 
     # -- columns --------------------------------------------------------------------------------
-    def _check_columns(self, table: Table, path: Path) -> None:
+    def _check_columns(self, table: Table, origin: str) -> None:
         cfg = self.config
         wanted = [("text_column", cfg.text_column), ("label_column", cfg.label_column)]
         wanted += [("feature_columns", name) for name in cfg.feature_columns or []]
@@ -146,7 +165,7 @@ class _Tabular(DataSource):
                     f"the file has no column '{column}'",
                     expected="one of: " + (", ".join(table.columns) or "(no columns)"),
                     given=column,
-                    hint=f"did you mean '{close[0]}'?" if close else f"name a column of {path.name}",
+                    hint=f"did you mean '{close[0]}'?" if close else f"name a column of {Path(origin).name}",
                 )
 
     def _where(self, table: Table, index: int) -> str:
@@ -158,7 +177,7 @@ class _Tabular(DataSource):
             raise self.error(
                 option,
                 f"{self._where(table, index)} has no value for column '{column}'",
-                given=str(self.config.path),
+                given=self.origin,
                 hint="fill in the value or drop the row",
             )
         return value

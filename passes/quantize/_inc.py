@@ -33,6 +33,7 @@ from engine.core.config import EnvironmentSpec
 from engine.core.refs import DatasetRef
 from passes.common.library_logs import LibraryMessage, LogCollector
 from passes.common.onnx_io import OnnxPass
+from passes.quantize import isolated_output
 from passes.quantize.ort_quantize_config import with_static_defaults
 
 if TYPE_CHECKING:
@@ -179,18 +180,9 @@ class CalibrationLoader:
 
 def calibration_feed(cfg: IncOptions, ctx: PassContext, graph: onnx.ModelProto, notes: list[str]) -> CalibrationFeed | None:
     """The calibration samples of a static config (None for dynamic), at most calibration_samples."""
-    from passes.quantize.calibration import model_inputs, prepare_feed
-
     if cfg.mode != "static" or cfg.calibration is None:
         return None
-    dataset = ctx.dataset(cfg.calibration)
-    wanted = cfg.calibration_samples or len(dataset)
-    if len(dataset) < wanted:
-        notes.append(
-            f"calibration dataset '{cfg.calibration}' has {len(dataset)} samples, fewer than calibration_samples {wanted}: all are used"
-        )
-        wanted = len(dataset)
-    return prepare_feed(dataset, cfg.calibration, model_inputs(graph), wanted, 1)
+    return isolated_output.calibration_feed(cfg.calibration, cfg.calibration_samples, ctx, graph, notes)
 
 
 def readable_input(source: Path, workdir: Path) -> Path:

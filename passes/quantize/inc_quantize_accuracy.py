@@ -32,7 +32,7 @@ from engine.core.refs import EvaluationRef
 from passes.common.library_logs import distinct
 from passes.common.onnx_io import save_onnx
 from passes.common.pass_io import open_onnx_input
-from passes.quantize import _inc
+from passes.quantize import _inc, isolated_output
 from passes.quantize.onnx_facts import file_bytes, new_quantized_ops, op_counts
 
 #: INC's tuning strategies that work on its ONNX Runtime adaptor
@@ -168,12 +168,7 @@ class IncQuantizeAccuracy(_inc.IncPass):
         details["quantized_ops"] = new_quantized_ops(op_counts(opened.graph), op_counts(written))
         details["bytes_before"], details["bytes_after"] = file_bytes(model.model_file), file_bytes(output.model_file)
         if feed is not None:
-            details["calibration"] = {
-                "dataset": cfg.calibration,
-                "method": cfg.calibration_method,
-                "samples": feed.samples,
-                "digest": feed.digest,
-            }
+            details["calibration"] = isolated_output.calibration_details(cfg.calibration or "", feed, method=cfg.calibration_method)
         return PassResult(model=output, details=details, notes=notes)
 
     def _fit(self, source: Path, feed: Any, judge: Judge) -> Any:

@@ -15,16 +15,14 @@ cannot run it without Quark's custom-op library.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from engine.core import ModelArtifact, PassContext, PassResult
 from passes.common.library_logs import distinct
-from passes.common.onnx_io import OnnxPass, save_onnx
-from passes.common.pass_io import onnx_output, open_onnx_input, require
-from passes.quantize import _quark
+from passes.common.onnx_io import OnnxPass
+from passes.common.pass_io import open_onnx_input, require
+from passes.quantize import _quark, isolated_output
 from passes.quantize._inc import readable_input
-from passes.quantize.onnx_facts import file_bytes, new_quantized_ops, op_counts
 
 #: the domain of Quark's onnxruntime custom ops
 QUARK_DOMAIN = "com.amd.quark"
@@ -47,20 +45,11 @@ class QuarkQuantize(OnnxPass):
 
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         (onnx,) = require("onnx", self.name, "onnx")
-        from passes.quantize.calibration import model_inputs, prepare_feed
-
         cfg = self.config
         opened = open_onnx_input(model, ctx)
         source = readable_input(opened.source, opened.workdir)
         notes: list[str] = []
-        dataset = ctx.dataset(cfg.calibration)
-        wanted = cfg.calibration_samples or len(dataset)
-        if len(dataset) < wanted:
-            notes.append(
-                f"calibration dataset '{cfg.calibration}' has {len(dataset)} samples, fewer than calibration_samples {wanted}: all are used"
-            )
-            wanted = len(dataset)
-        feed = prepare_feed(dataset, cfg.calibration, model_inputs(opened.graph), wanted, 1)
+        feed = isolated_output.calibration_feed(cfg.calibration, cfg.calibration_samples, ctx, opened.graph, notes)
         written_by_quark = opened.workdir / "quark_output" / "model.onnx"
         written_by_quark.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
@@ -70,14 +59,8 @@ class QuarkQuantize(OnnxPass):
             ModelQuantizer(_quark.q_config(cfg)).quantize_model(str(source), str(written_by_quark), _quark.reader(feed.batches))
         seconds = round(time.perf_counter() - started, 3)
         quantized = onnx.load(str(written_by_quark))
-        save_onnx(quantized, Path(ctx.output_dir))
-        result = onnx_output(model, ctx, {}, notes)
-        written = onnx.load(str(result.model.model_file), load_external_data=False)
-        result.details.update(self._details(opened.graph, written, feed, warnings, seconds))
-        result.details["bytes_before"] = file_bytes(model.model_file)
-        result.details["bytes_after"] = file_bytes(result.model.model_file)
-        if not result.details["quantized_ops"]:
-            notes.append("Quark quantized no op of this model: the output computes in float")
+        result, written = isolated_output.quantized_output(model, ctx, opened.graph, quantized, notes, "Quark")
+        result.details.update(self._details(feed, warnings, seconds))
         if any(node.domain == QUARK_DOMAIN for node in written.graph.node):
             notes.append(
                 f"the model uses Quark's custom ops (domain {QUARK_DOMAIN}): ONNX Runtime runs it only with Quark's "
@@ -85,24 +68,14 @@ class QuarkQuantize(OnnxPass):
             )
         return result
 
-    def _details(self, before: Any, after: Any, feed: Any, warnings: list[Any], seconds: float) -> dict[str, Any]:
+    def _details(self, feed: Any, warnings: list[Any], seconds: float) -> dict[str, Any]:
         cfg = self.config
-        counts_before, counts_after = op_counts(before), op_counts(after)
         return {
             "activation": cfg.activation.model_dump(),
             "weight": cfg.weight.model_dump(),
             "algorithms": [a["name"] for a in cfg.algorithms],
             "versions": _quark.versions(),
-            "quantized_ops": new_quantized_ops(counts_before, counts_after),
-            "nodes_before": sum(counts_before.values()),
-            "nodes_after": sum(counts_after.values()),
-            "ir_version": after.ir_version,
             "quark_warnings": distinct(warnings),
             "seconds": seconds,
-            "calibration": {
-                "dataset": cfg.calibration,
-                "samples": feed.samples,
-                "digest": feed.digest,
-                "ignored_inputs": feed.ignored_inputs,
-            },
+            "calibration": isolated_output.calibration_details(cfg.calibration, feed),
         }

@@ -19,6 +19,7 @@ EXAMPLES = {
     "passes:fixed_shape": {"dim_param": ["batch"], "dim_value": [1]},
     "datasources:csv": {"source": "csv", "path": "data.csv", "text_column": "text"},
     "datasources:jsonl": {"source": "jsonl", "path": "data.jsonl", "text_column": "text"},
+    "datasources:hf_dataset": {"source": "hf_dataset", "name": "nyu-mll/glue", "config": "sst2", "text_column": "sentence"},
 }
 
 #: passes run twice on a tiny ONNX model, with their config there (None: the example's). The other

@@ -432,3 +432,140 @@ def test_a_pass_that_needs_data_and_names_none_gets_a_named_stand_in(folder):
     assert steps(t) == [("s", "ort_quantize", {"mode": "static", "activation_type": "qint8", "calibration": "calibration"}, {})]
     assert t.workflow["data"] == {"calibration": {"source": "synthetic", "samples": 32}}
     assert t.notes == ["passes.s.data_config: dataset 'calibration' is a synthetic stand-in; replace it with your data"]
+
+
+def test_a_long_file_name_becomes_a_valid_stable_workflow_name(folder, capsys):
+    """A config named after its path in a repository (past the 64-character rule) imports to a workflow
+    the validator accepts: a shortened name with a hash of the whole, the full name in the description."""
+    config = olive(folder, {"q": {"type": "OnnxDynamicQuantization"}})
+    long = "microsoft-Phi-4-mini-instruct-QNN-phi4_mini_qnn_docker-with.a.very.long.name-and-more-words"
+    names = []
+    for stem in (long, long + "-2", "2-" + long):
+        source = folder / f"{stem}.json"
+        source.write_text(json.dumps(config))
+        out = folder / "kiln" / "long.yaml"
+        assert main(["import-olive", str(source), "-o", str(out)]) == 0
+        assert f"{out}: valid" in capsys.readouterr().out
+        written = load_workflow(out).spec
+        assert len(written.name) <= 64 and written.name[0].isalpha()
+        assert stem in (written.description or "")
+        names.append(written.name)
+    assert len(set(names)) == 3  # same head, different names: the hash keeps them apart
+    assert translate(config, folder / f"{long}.json", folder).workflow["name"] == names[0]  # stable
+
+
+def test_the_importer_validates_what_it_writes(folder):
+    """load_translation runs Kiln's validator on the workflow as written: the problems come with the translation."""
+    from engine.olive.cli import load_translation
+
+    source = folder / "checked.json"
+    source.write_text(json.dumps(olive(folder, {"q": {"type": "OnnxDynamicQuantization"}})))
+    assert load_translation(source, folder / "kiln").problems == []
+    source.write_text(
+        json.dumps(
+            {**olive(folder, {"q": {"type": "OnnxDynamicQuantization"}}), "input_model": {"type": "ONNXModel", "model_path": "gone.onnx"}}
+        )
+    )
+    problems = load_translation(source, folder / "kiln").problems
+    assert [p.where for p in problems] == ["input.path"]
+    assert not list((folder / "kiln").glob(".kiln-import-*"))  # the scratch copy is gone
+
+
+def test_the_written_workflow_says_how_keys_were_carried(folder):
+    """The notes (a CaptureSplitInfo folded into split_model, say) are in the written file, not only on the terminal."""
+    split = {"type": "CaptureSplitInfo", "num_splits": 2}
+    config = olive(folder, {"info": split, "split": {"type": "SplitModel"}})
+    source = folder / "split.json"
+    source.write_text(json.dumps(config))
+    translation = translate(config, source, folder)
+    text = to_yaml(translation, source)
+    assert "# Notes:\n" in text and "#   passes.info: the split it records ({'num_splits': 2}) is made by the split_model step" in text
+
+
+def test_olive_hub_datasets_become_hf_datasets_not_stand_ins(folder):
+    """load_dataset_config (data_name, subset, split) and its pre-processing (columns, lengths, samples) map to
+    hf_dataset: GLUE's sentence pairs with labels, wikitext joined into windows for a GPTQ calibration, and a
+    GPTQ that names no data gets Olive's default (wikitext-2 train[:1000], 128 windows of 2048 tokens)."""
+    glue = {
+        "name": "glue_mrpc",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "glue", "subset": "mrpc", "split": "validation"},
+        "pre_process_data_config": {
+            "input_cols": ["sentence1", "sentence2"],
+            "label_col": "label",
+            "max_length": 128,
+            "padding": "max_length",
+            "max_samples": 100,
+        },
+    }
+    wiki = {
+        "name": "wiki",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "wikitext", "subset": "wikitext-2-raw-v1", "split": "train"},
+        "pre_process_data_config": {"strategy": "join", "add_special_tokens": False, "max_seq_len": 512, "max_samples": 16},
+    }
+    config = olive(folder, {"q": {"type": "OnnxStaticQuantization", "data_config": "glue_mrpc"}}, data_configs=[glue, wiki])
+    config["input_model"] = {"type": "HfModel", "model_path": "bert", "task": "text-classification"}
+    translation = translate(config, folder / "hubdata.json", folder)
+    assert translation.workflow["data"]["glue_mrpc"] == {
+        "source": "hf_dataset",
+        "name": "glue",
+        "config": "mrpc",
+        "hf_split": "validation",
+        "text_column": "sentence1",
+        "text_pair_column": "sentence2",
+        "label_column": "label",
+        "max_length": 128,
+        "padding": "max_length",
+        "limit": 100,
+    }
+    assert translation.workflow["data"]["wiki"] == {
+        "source": "hf_dataset",
+        "name": "wikitext",
+        "config": "wikitext-2-raw-v1",
+        "hf_split": "train",
+        "text_column": "text",
+        "join": True,
+        "max_length": 512,
+        "limit": 16,
+    }
+    assert not any("stand-in" in note for note in translation.notes)
+    gptq = olive(folder, {"g": {"type": "GptqQuantizer", "bits": 4}})
+    gptq["input_model"] = {"type": "HfModel", "model_path": "bert"}
+    data = translate(gptq, folder / "gptq.json", folder).workflow["data"]
+    assert data == {
+        "wikitext2_calibration": {**data["wikitext2_calibration"], "name": "wikitext", "hf_split": "train[:1000]", "limit": 128}
+    }
+
+
+def test_an_olive_image_dataset_becomes_an_hf_dataset_image_column_fed_to_the_models_input(folder):
+    """timm's MobileNetV3 recipe for Vitis AI: timm/mini-imagenet through its script's image_pre_process
+    (input_col image, label_col label) → hf_dataset's image_column, 224 x 224 with ImageNet's mean and std,
+    named for the model's input (io_config: x); the approximation is said."""
+    data = {
+        "name": "calib_data",
+        "type": "HuggingfaceContainer",
+        "load_dataset_config": {"data_name": "timm/mini-imagenet", "split": "validation[:12]"},
+        "pre_process_data_config": {"type": "image_pre_process", "input_col": "image", "label_col": "label"},
+    }
+    config = olive(folder, {"q": {"type": "OnnxStaticQuantization", "data_config": "calib_data"}}, data_configs=[data])
+    config["input_model"] = {
+        "type": "PyTorchModel",
+        "model_path": "timm/mobilenetv3_small_100.lamb_in1k",
+        "model_loader": "load_model",
+        "model_script": "user_script.py",
+        "io_config": {"input_names": ["x"], "input_shapes": [[1, 3, 224, 224]], "output_names": ["output"]},
+    }
+    translation = translate(config, folder / "images.json", folder)
+    assert translation.workflow["data"]["calib_data"] == {
+        "source": "hf_dataset",
+        "name": "timm/mini-imagenet",
+        "hf_split": "validation[:12]",
+        "image_column": "image",
+        "size": [224, 224],
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "input_name": "x",
+        "label_column": "label",
+    }
+    assert any("approximated" in note and "fed to input 'x'" in note for note in translation.notes)

@@ -133,3 +133,28 @@ def test_every_accelerator_and_ep_of_the_target_system_is_carried_or_reported(fo
 def test_an_ep_name_in_another_case_is_the_same_ep(folder: Path) -> None:
     t = translated(folder, system({"device": "gpu", "execution_providers": ["webgpuexecutionprovider"]}), name="case")
     assert t.workflow["targets"][0]["providers"] == ["WebGpuExecutionProvider"]
+
+
+def test_a_target_system_the_engine_does_not_name_is_a_target_not_dropped(folder: Path) -> None:
+    """A recipe with a CPU host system and a VitisAI NPU system and no engine.target (timm's mobilenetv3
+    VitisAI recipe) gets the NPU target beside the CPU one, and says so."""
+    host = {"host_system": {"type": "LocalSystem", "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}}
+    npu = system({"device": "npu", "execution_providers": ["VitisAIExecutionProvider"]})
+    config = {
+        "input_model": {"type": "ONNXModel", "model_path": "model.onnx"},
+        "systems": {**host, **npu},
+        "passes": {"q": {"type": "OnnxDynamicQuantization"}},
+    }
+    source = folder / "unnamed.json"
+    source.write_text(json.dumps(config))
+    t = translate(config, source, folder)
+    assert [(x["device"], x.get("providers")) for x in t.workflow["targets"]] == [("cpu", None), ("npu", ["VitisAIExecutionProvider"])]
+    assert any("names no target system" in note for note in t.notes)
+
+
+def test_a_system_the_engine_does_not_target_is_listed_naming_its_ep(folder: Path) -> None:
+    gpu = {"docker": {"type": "Docker", "accelerators": [{"device": "gpu", "execution_providers": ["CUDAExecutionProvider"]}]}}
+    t = translated(folder, {**system({"device": "cpu"}), **gpu}, name="other")
+    assert [x["device"] for x in t.workflow["targets"]] == ["cpu"]
+    why = dict(t.unmapped)["systems.docker"]
+    assert "gpu + CUDAExecutionProvider" in why and "engine.target" in why

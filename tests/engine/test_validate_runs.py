@@ -68,7 +68,7 @@ def test_a_list_as_an_id_is_reported(tmp_path, tiny_onnx, section):
     assert f"{section}[0].id" in [p.where for p in problems]
 
 
-@pytest.mark.parametrize(("fixed", "search"), [(True, [False]), (5, {"low": 0, "high": 2})])
+@pytest.mark.parametrize(("fixed", "search"), [(3, [0, 1]), (5, {"low": 0, "high": 2})])
 def test_a_fixed_value_outside_its_search_is_refused_naming_the_option(tmp_path, tiny_onnx, test_plugins, fixed, search):
     workflow = tiny_workflow(tiny_onnx)
     option = "per_channel" if fixed is True else "seconds"
@@ -83,6 +83,26 @@ def test_a_fixed_value_outside_its_search_is_refused_naming_the_option(tmp_path,
     problem = next(p for p in problems if p.where == f"steps[0].search.{option}")
     assert f"option '{option}' is fixed in config at {fixed!r}" in problem.message and "baselines" in problem.message
     assert problem.line is not None
+
+
+@pytest.mark.parametrize("search", [[False], {"values": [False]}, [True]])
+def test_a_fixed_option_searched_over_a_single_value_is_refused_whatever_the_value(tmp_path, tiny_onnx, search):
+    """Fixed at False and searched over [False] (or [True]): one of the two is a mistake, said at once with exit 2."""
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"] = [{"id": "a", "pass": "ort_quantize", "config": {"per_channel": False}, "search": {"per_channel": search}}]
+    path = write_workflow(tmp_path, workflow)
+    problem = next(p for p in problems_of(path) if p.where == "steps[0].search.per_channel")
+    assert "fixed in config at False and searched over the single value" in problem.message
+    assert problem.expected and problem.given and problem.hint and problem.line is not None
+    result = subprocess.run([*engine_cmd(), "validate", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "steps[0].search.per_channel" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_target_setting_fixed_and_searched_over_its_own_value_is_refused(tmp_path, tiny_onnx):
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["targets"][0]["search"] = {"intra_op_threads": [1]}
+    problem = next(p for p in problems_of(write_workflow(tmp_path, workflow)) if p.where == "targets[0].search.intra_op_threads")
+    assert "searched over the single value" in problem.message
 
 
 def test_a_fixed_value_among_its_searched_values_is_the_baselines_value(tmp_path, tiny_onnx, test_plugins):

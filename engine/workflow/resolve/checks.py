@@ -289,22 +289,46 @@ def _show_search(spec: Any) -> str:
     return repr(spec.get("values") if isinstance(spec, dict) else spec)
 
 
+def _single(spec: Any) -> bool:
+    """Whether a search gives one value only (a list or ``values`` of one, a range whose ends meet)."""
+    values = spec if isinstance(spec, list) else spec.get("values") if isinstance(spec, dict) else None
+    if isinstance(values, list):
+        return len(values) == 1
+    return isinstance(spec, dict) and "low" in spec and spec.get("low") == spec.get("high")
+
+
 def fixed_and_searched(config: Any, search: Any, source: WorkflowSource, where: Where) -> list[Problem]:
     """An option both in ``config`` and searched: the search gives the candidates' values and the
-    config value is the one the baselines run, so it must be one the search could give."""
+    config value is the one the baselines run, so it must be one the search could give, and the
+    search must give more than that one value (else the option is fixed twice, and one is a mistake)."""
     if not isinstance(config, dict) or not isinstance(search, dict):
         return []
-    return [
-        source.problem(
-            (*where, "search", option),
-            f"option '{option}' is fixed in config at {config[option]!r} and searched over {_show_search(spec)}: "
-            "the config value is the one baselines run, and it is not among the searched values",
-            given=repr(config[option]),
-            hint=f"remove '{option}' from config (baselines then use the pass's default), or search a range that holds it",
-        )
-        for option, spec in search.items()
-        if option in config and not _searchable(config[option], spec)
-    ]
+    problems = []
+    for option, spec in search.items():
+        if option not in config:
+            continue
+        if _single(spec):
+            problems.append(
+                source.problem(
+                    (*where, "search", option),
+                    f"option '{option}' is fixed in config at {config[option]!r} and searched over the single value "
+                    f"{_show_search(spec)}: an option is either fixed or searched",
+                    expected=f"'{option}' in config, or a search over two values or more",
+                    given=f"config: {config[option]!r}, search: {_show_search(spec)}",
+                    hint=f"remove '{option}' from search (fixed), or from config and search it over the values to try",
+                )
+            )
+        elif not _searchable(config[option], spec):
+            problems.append(
+                source.problem(
+                    (*where, "search", option),
+                    f"option '{option}' is fixed in config at {config[option]!r} and searched over {_show_search(spec)}: "
+                    "the config value is the one baselines run, and it is not among the searched values",
+                    given=repr(config[option]),
+                    hint=f"remove '{option}' from config (baselines then use the pass's default), or search a range that holds it",
+                )
+            )
+    return problems
 
 
 def session_name_free(steps: dict[str, Step], targets: dict[str, Any], source: WorkflowSource) -> list[Problem]:

@@ -11,9 +11,12 @@ from pydantic import ValidationError
 from engine import registry
 from engine.core.errors import Problem
 from engine.core.refs import RefKind, reference_fields
+from engine.core.search import flatten
 from engine.core.target import Availability
+from engine.workflow.hub import HubProblem
+from engine.workflow.hub_data import locate_dataset
 from engine.workflow.problems import problems_from_validation
-from engine.workflow.resolve.checks import dataset_refs
+from engine.workflow.resolve.checks import dataset_refs, fixed_and_searched
 from engine.workflow.resolve.model import DataEntry, EvaluatorEntry, TargetEntry
 from engine.workflow.resolve.parts import Parts
 from engine.workflow.resolve.plugins import Where, config_model, existing_file, lookup, validate_config
@@ -60,10 +63,34 @@ def resolve_data(parts: Parts, source: WorkflowSource, problems: list[Problem]) 
             continue
         values = dict(options)
         files = absolute_files(cls, values, source, where, f"the file of dataset '{name}' does not exist", problems)
+        if getattr(cls, "hub_dataset", False) and not _hub_snapshot(values, source, where, problems):
+            continue
         config = validate_config(config_model(cls), values, source, where, f"data source '{cls.name}'", problems)
         if config is not None:
             datasets[name] = DataEntry(name=name, cls=cls, config=config.to_json(), files=files, typed_config=config)
     return datasets
+
+
+def _hub_snapshot(values: dict[str, Any], source: WorkflowSource, where: Where, problems: list[Problem]) -> bool:
+    """A Hub dataset found in the cache: its ``commit`` and snapshot ``folder`` set in ``values``; else a problem."""
+    for key in ("commit", "folder"):
+        if key in values:
+            problems.append(
+                source.problem(
+                    (*where, key),
+                    f"'{key}' is set by Kiln from the Hub cache",
+                    given=repr(values[key]),
+                    hint=f"remove '{key}'; pin the dataset with `revision:`",
+                )
+            )
+            return False
+    try:
+        commit, folder = locate_dataset(values.get("name"), values.get("revision"))
+    except HubProblem as error:
+        problems.append(source.problem((*where, error.key), error.message, given=error.given, expected=error.expected, hint=error.hint))
+        return False
+    values["commit"], values["folder"] = commit, str(folder)
+    return True
 
 
 def _target(index: int, options: Any, source: WorkflowSource, problems: list[Problem]) -> TargetEntry | None:
@@ -81,6 +108,7 @@ def _target(index: int, options: Any, source: WorkflowSource, problems: list[Pro
     # `search:` is the workflow's (the target's searched session settings), not the runtime's
     options = dict(options)
     raw_search = options.pop("search", None)
+    problems.extend(fixed_and_searched(flatten(options), raw_search, source, where))
     try:
         config = cls.Config(**options)
     except ValidationError as error:
