@@ -62,6 +62,9 @@ class Timings(list[int]):
         self.generations = generations
 
 
+#: the tokens of a wake-up generation between rounds (a prefill and one decode step)
+WAKE_TOKENS = 2
+
 #: one greedy generation: (session, prompt or source, max_new_tokens, role) -> its tokens and timings
 Produce = Callable[[Any, Any, int, str], "Generation"]
 
@@ -78,6 +81,7 @@ class GenerationArm:
         self.next = first_round  # the index of the next round this arm times
         self.outputs: dict[int, list[int]] = {}
         self.unstable: set[int] = set()
+        self.warmed = False
 
     def _generate(self, index: int) -> Generation:
         index %= len(self.prompts)
@@ -88,9 +92,18 @@ class GenerationArm:
         return out
 
     def warm_up(self, runs: int) -> None:
-        """``runs`` untimed generations from the next round's prompts."""
+        """``runs`` untimed generations from the next round's prompts: full length on a fresh session
+        (its first generations allocate the cache and load the kernels), then ``WAKE_TOKENS`` long
+        (the wake-up before each arm's turn in a round only has to get its threads running; a
+        full-length one cost as much as the timed generation itself)."""
         for i in range(runs):
-            self._generate(self.next + i)
+            if self.warmed:
+                self.produce(
+                    self.session, self.prompts[(self.next + i) % len(self.prompts)], min(WAKE_TOKENS, self.max_new_tokens), self.role
+                )
+            else:
+                self._generate(self.next + i)
+        self.warmed = True
         self.session.synchronize()
 
     def time(self, runs: int) -> list[int]:
@@ -112,18 +125,22 @@ class GenerationTiming(ComparisonRules):
     beside where their prompts come from."""
 
     max_new_tokens: int = Field(
-        default=32,
+        default=16,
         ge=2,
         le=1_000_000,
         description="Tokens each generation makes (at least 2: the first is the prefill's, the rest are decoded).",
     )
-    warmup: int = Field(default=2, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
+    warmup: int = Field(default=1, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
     runs_per_round: int = Field(
-        default=2, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
+        default=1, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
     )
     sessions: int = Field(default=2, ge=1, le=1000, description="Fresh pairs of sessions the rounds are spread over (at least).")
     min_rounds: int = Field(
-        default=8, ge=2, le=100_000, description="Rounds to take at least (each round times both models on one prompt)."
+        default=4,
+        ge=2,
+        le=100_000,
+        description="Rounds to take at least (each round times both models on one prompt); more are taken, a pair of sessions at "
+        "a time, only while the interval is wider than `precision` asks.",
     )
     max_rounds: int = Field(
         default=60, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."

@@ -51,6 +51,7 @@ class LogitFidelity(Evaluator):
     )
     version = "1"
     needs_reference = True
+    stage_option = "limit"
     metrics = ("top1_agreement", "kl_mean", "kl_max", "positions")
 
     class Config(EvaluatorConfig):

@@ -64,6 +64,7 @@ class Perplexity(Evaluator):
     )
     version = "1"
     needs_reference = True
+    stage_option = "limit"
     metrics = ("perplexity", "nll_mean", "nll_increase", "perplexity_ratio", "reference_perplexity", "tokens")
 
     class Config(EvaluatorConfig):
