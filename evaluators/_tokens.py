@@ -139,6 +139,23 @@ def rows_digest(rows: list[list[int]]) -> str:
     return feeds_digest({"ids": np.asarray(row, dtype=np.int64)} for row in rows)
 
 
+def row_entries(ctx: EvalContext, reference: ModelArtifact, target: Target, kind: str, rows: list[list[int]]) -> list[ReferenceOutputs]:
+    """The cache entries of ``reference``'s figure ``kind`` on ``target``, one per row."""
+    common = {"kind": kind, "reference": reference.digest, "target": target.fingerprint()}
+    return [ReferenceOutputs(ctx.cache_dir, {**common, "row": rows_digest([row])}) for row in rows]
+
+
+def keep_own_rows(ctx: EvalContext, model: ModelArtifact, kind: str, rows: list[list[int]], outputs: list[np.ndarray]) -> None:
+    """The reference's own figures, computed while it is measured as a candidate, kept where its
+    candidates' ``ReferenceRows`` look for them: no candidate then opens the reference to score
+    these rows again (nor holds it in memory beside itself)."""
+    if ctx.cache_dir is None:
+        return
+    for entry, out in zip(row_entries(ctx, model, ctx.target, kind, rows), outputs, strict=True):
+        if out.nbytes <= MAX_BYTES:
+            entry.save([kind], [{kind: out}])
+
+
 class ReferenceRows:
     """The reference's figure per row (``kind``: its logits, its per-token NLL), each row its own
     entry of the evaluation cache (keyed by the reference, its target and the row's tokens), so an
@@ -157,8 +174,7 @@ class ReferenceRows:
     ) -> None:
         assert ctx.reference is not None
         self.ctx, self.kind, self.compute, self.evaluator = ctx, kind, compute, evaluator
-        common = {"kind": kind, "reference": ctx.reference.digest, "target": ctx.reference_on.fingerprint()}
-        self.entries = [ReferenceOutputs(ctx.cache_dir, {**common, "row": rows_digest([row])}) for row in rows]
+        self.entries = row_entries(ctx, ctx.reference, ctx.reference_on, kind, rows)
         self.session: GenerativeSession | None = None
         self.hits = self.misses = 0
 
