@@ -10,13 +10,15 @@ the reference are opened side by side and timed in interleaved rounds, their ord
 over several fresh pairs of sessions, with the machine watched: a round taken while other processes
 keep it busy is thrown away and taken again once it is quiet. A round is one prompt (the rounds
 cycle through them): each model generates from it ``runs_per_round`` times, after one untimed
-generation that wakes its threads (as latency's rounds do). Per round, and so on the same prompt:
+generation that wakes its threads (as latency's rounds do; after a fresh session's warm-up it makes
+``WAKE_TOKENS``, not the full length). Per round, and so on the same prompt:
 
 - ``decode_speedup``: the candidate's decode rate over the reference's (decode tokens / decode
-  seconds of the round's generations);
+  seconds of the round's generations): what the stopping rule's interval, ``precision``, is
+  computed on (``DecodeRounds``), as an objective on ``decode_tokens_per_s`` is ranked by it;
 - ``ttft_speedup``: the reference's median time to first token over the candidate's;
-- ``e2e_speedup``: the reference's median end-to-end time over the candidate's (what the stopping
-  rule's interval, ``precision``, is computed on).
+- ``e2e_speedup``: the reference's median end-to-end time over the candidate's (the stopping
+  rule's figure for ``seq2seq_generation``, ranked by end-to-end tokens per second).
 
 Their medians over rounds are the metrics, with the per-round samples grouped by pair of sessions
 (a clustered bootstrap, as latency's speedup). The candidate's own figures come from all its timed
@@ -41,7 +43,7 @@ from pydantic import Field, model_validator
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
 from engine.core.refs import DatasetRef
-from engine.core.stats import bootstrap
+from engine.core.stats import Interval, bootstrap
 from evaluators._rounds import Rounds
 from evaluators._sessions import ComparisonRules
 from evaluators._tokens import generate, open_generative, token_rows
@@ -162,6 +164,20 @@ class GenerationTiming(ComparisonRules):
         return self
 
 
+class DecodeRounds(Rounds):
+    """The rounds of a decoder's generation, whose stopping rule (and ``interval_half_width``) is on the
+    figure its objective is ranked by: the decode speedup per round (the candidate's decode rate over the
+    reference's), not the end-to-end one, in which the prefill's noise would keep the rounds going."""
+
+    def interval(self) -> Interval:
+        decode = [_decode_speedup(r.times_ns) for r in self.kept]
+        return bootstrap(decode, "median", self.cfg.confidence, groups=[r.block for r in self.kept])
+
+
+def _decode_speedup(times_ns: list[list[int]]) -> float:
+    return _Figures(_generations(times_ns[1])).decode_tokens_per_s / _Figures(_generations(times_ns[0])).decode_tokens_per_s
+
+
 class GenerationEvaluator(Evaluator):
     name = "generation"
     summary = (
@@ -189,6 +205,8 @@ class GenerationEvaluator(Evaluator):
         "rounds",
         "others_cores",
     )
+    #: the clock: rounds that stop once the decode speedup's interval is within ``precision``
+    rounds_class: type[Rounds] = DecodeRounds
     paired_metrics = {
         "decode_tokens_per_s": "decode_speedup",
         "ttft_ms": "ttft_speedup",
@@ -228,7 +246,7 @@ class GenerationEvaluator(Evaluator):
         cfg = self.config
         prompts, lengths = self.prompts(model, ctx)
         compared = ctx.reference is not None
-        rounds = Rounds(cfg, arms=2 if compared else 1)
+        rounds = self.rounds_class(cfg, arms=2 if compared else 1)
         outputs: list[dict[int, list[int]]] = [{}, {}]  # per arm: prompt index -> continuation
         unstable: set[int] = set()
         session_details: dict[str, Any] = {}
@@ -349,10 +367,7 @@ class GenerationEvaluator(Evaluator):
         import numpy as np
 
         cfg = self.config
-        decode = [
-            _Figures(_generations(r.times_ns[1])).decode_tokens_per_s / _Figures(_generations(r.times_ns[0])).decode_tokens_per_s
-            for r in rounds.kept
-        ]
+        decode = [_decode_speedup(r.times_ns) for r in rounds.kept]
         ttft = [_Figures(_generations(r.times_ns[0])).ttft_ms / _Figures(_generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
         e2e = rounds.ratios()
         decode_interval = bootstrap(decode, "median", cfg.confidence, groups=blocks)

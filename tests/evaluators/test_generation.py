@@ -187,3 +187,13 @@ def test_the_defaults_are_lean_and_wake_ups_between_turns_are_short(models, tmp_
     # session, timed ones, those covering prompts for greedy_match) makes the full 16
     assert asked.count(2) == 8
     assert set(asked) == {2, 16}
+
+
+def test_the_rounds_stop_on_the_decode_speedups_interval(models, tmp_path: Path) -> None:
+    """The objective is ranked by decode_speedup, so the stopping rule's interval is that one's."""
+    ctx, _ = context(tmp_path, models["reference"], rows_dataset())
+    result = generation(max_new_tokens=6).evaluate(models["slow"], ctx)
+    v = result.values
+    assert result.details["interval_half_width"] == pytest.approx(
+        (v["decode_speedup_high"] - v["decode_speedup_low"]) / 2 / v["decode_speedup"]
+    )
