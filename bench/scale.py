@@ -19,8 +19,8 @@ bench writes, and then loads the chosen model in ONNX Runtime in a fresh process
 
 Peak memory: the process tree's resident memory (the engine, its worker pool and the builders they
 start) summed and sampled every 0.2 s from /proc (psutil is not a Kiln dependency; /proc says the
-same on Linux), and the largest single process's peak (``getrusage`` of the waited-for children,
-exact), each also as a multiple of the fp32 model's bytes.
+same on Linux), and the largest single process's own peak (its VmHWM, read at the same samples),
+each also as a multiple of the fp32 model's bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -142,6 +141,7 @@ class TreeMemory:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.peak_processes = pid, 0, 0
+        self.single = 0  # the largest peak (VmHWM) of one process seen alive at a sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -156,7 +156,9 @@ class TreeMemory:
     def _run(self) -> None:
         while not self._stop.is_set():
             pids = _tree(self.pid)
-            total = sum(_rss(pid) for pid in pids)
+            figures = [_memory(pid) for pid in pids]
+            total = sum(rss for rss, _ in figures)
+            self.single = max([self.single, *(hwm for _, hwm in figures)])
             if total > self.peak:
                 self.peak, self.peak_processes = total, len(pids)
             self._stop.wait(SAMPLE_S)
@@ -175,14 +177,17 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _rss(pid: int) -> int:
+def _memory(pid: int) -> tuple[int, int]:
+    """A process's resident memory now and its peak so far (VmRSS, VmHWM), in bytes; 0s once it is gone."""
+    found = {"VmRSS:": 0, "VmHWM:": 0}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            key = line.split(":", 1)[0] + ":"
+            if key in found:
+                found[key] = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return found["VmRSS:"], found["VmHWM:"]
 
 
 def run_engine(args: list[str], cwd: Path) -> tuple[float, int, int, subprocess.CompletedProcess[str]]:
@@ -195,8 +200,7 @@ def run_engine(args: list[str], cwd: Path) -> tuple[float, int, int, subprocess.
         with TreeMemory(process.pid) as memory:
             out, err = process.communicate()
     wall = time.perf_counter() - started
-    single = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kB on Linux
-    return wall, memory.peak, single, subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return wall, memory.peak, memory.single, subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def busy(events: list[dict[str, Any]], start: str, end: str, key: str) -> tuple[float, float, int]:

@@ -46,6 +46,7 @@ def test_the_memory_sampler_counts_children():
     with TreeMemory(os.getpid()) as memory:
         child.wait()
     assert memory.peak > 200 * 2**20 and memory.peak_processes >= 2
+    assert memory.single > 200 * 2**20  # the child's own peak
 
 
 def test_choice_marks_the_chosen_candidate():
