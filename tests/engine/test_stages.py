@@ -20,9 +20,11 @@ from engine.workflow.resolve import load_workflow
 ROWS, TOKENS, BAR = 32, 16, 0.05
 
 
-def _resolved(tmp_path, tiny_onnx, **search):
+def _resolved(tmp_path, tiny_onnx, timed=False, **search):
     workflow = tiny_workflow(tiny_onnx, search=search)
+    timing = [e for e in workflow["evaluate"] if e["id"] == "latency"] if timed else []
     workflow["evaluate"] = [
+        *timing,
         {"id": "perplexity", "evaluator": "perplexity", "config": {"data": "rows"}},
         {"id": "size", "evaluator": "size"},
     ]
@@ -37,9 +39,12 @@ class Rows:
     """A candidate whose row r raises the NLL by ``means[r]`` per token (plus seeded noise); counts the rows scored."""
 
     def __init__(self, means: np.ndarray) -> None:
-        self.means, self.scored, self.looks = means, 0, []
+        self.means, self.scored, self.looks, self.measured = means, 0, [], []
 
     def __call__(self, spec, reference):
+        self.measured.append(spec.id)
+        if spec.id == "latency":
+            return {"values": {"p50_ms": 1.0}}, None
         if spec.id != "perplexity":
             return {"values": {"file_bytes": 1.0}}, None
         rows = ROWS if spec.config.get("limit") is None else min(ROWS, spec.config["limit"])
@@ -112,3 +117,12 @@ def test_the_reference_is_measured_on_every_row(tmp_path, tiny_onnx):
     measure = Rows(np.zeros(ROWS))
     evaluate(resolved, candidate_evaluations(resolved), reference, None, _NoData(), measure)
     assert measure.looks == [ROWS]
+
+
+def test_a_candidate_rejected_on_the_first_rows_is_never_timed(tmp_path, tiny_onnx):
+    resolved = _resolved(tmp_path, tiny_onnx, timed=True)
+    assert [spec.id for spec in candidate_evaluations(resolved)] == ["perplexity", "size", "latency"]  # timing last
+    far, measure, _ = _run(resolved, [1.0] * ROWS, tiny_onnx)
+    assert measure.measured == ["perplexity"] and far.untimed and far.violations
+    near, measure, _ = _run(resolved, [0.0] * ROWS, tiny_onnx)
+    assert measure.measured == ["perplexity", "size", "latency"] and not near.untimed
