@@ -54,10 +54,11 @@ Measure = Callable[[EvalSpec, ModelArtifact | None], tuple[dict[str, Any] | None
 Side = Literal["meets", "breaks", "undecided"]
 
 
-def first_look(resolved: ResolvedWorkflow, spec: EvalSpec, result: CandidateResult) -> EvalSpec | None:
-    """The evaluation on the first ``FIRST_ROWS`` rows, or None where ``spec`` is measured in one look."""
+def first_look(resolved: ResolvedWorkflow, spec: EvalSpec, reference: bool) -> EvalSpec | None:
+    """The evaluation on the first ``FIRST_ROWS`` rows of a candidate (``reference``: the target's
+    reference), or None where ``spec`` is measured in one look."""
     option = getattr(spec.evaluator_cls, "stage_option", None)
-    if option is None or not resolved.spec.search.staged or result.candidate.reference:
+    if option is None or not resolved.spec.search.staged or reference:
         return None
     if resolved.spec.select.confidence is None or not _constraints(resolved, spec):
         return None
@@ -77,7 +78,7 @@ def measure_staged(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """``measure(spec)``, in two looks where the rule above applies: the record the decision rests
     on (its details say which look decided), or None and why it failed."""
-    first = first_look(resolved, spec, result)
+    first = first_look(resolved, spec, result.candidate.reference)
     if first is None:
         return measure(spec, reference_model)
     record, error = measure(first, reference_model)
