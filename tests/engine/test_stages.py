@@ -126,3 +126,12 @@ def test_a_candidate_rejected_on_the_first_rows_is_never_timed(tmp_path, tiny_on
     assert measure.measured == ["perplexity"] and far.untimed and far.violations
     near, measure, _ = _run(resolved, [0.0] * ROWS, tiny_onnx)
     assert measure.measured == ["perplexity", "size", "latency"] and not near.untimed
+
+
+def test_staging_does_not_name_the_searchs_study(tmp_path, tiny_onnx):
+    """Turning the staged bar off (to check a staged run's choice) continues the same search."""
+    from engine.search.studies import identity
+
+    staged, whole = _resolved(tmp_path / "a", tiny_onnx), _resolved(tmp_path / "b", tiny_onnx, staged=False)
+    assert "staged" not in identity(staged.spec)["search"]
+    assert identity(staged.spec) == identity(whole.spec)
