@@ -121,7 +121,8 @@ class LogitFidelity(Evaluator):
             return
         session = open_generative(ctx, model, "model", self.name)
         try:
-            kept = [(ids, logits(session, ids, "model")) for ids in rows if ids]
+            for ids in rows:  # row by row: a large vocabulary's logits are not all held at once
+                if ids:
+                    keep_own_rows(ctx, model, "logits", [ids], [logits(session, ids, "model")])
         finally:
             session.close()
-        keep_own_rows(ctx, model, "logits", [ids for ids, _ in kept], [out for _, out in kept])
