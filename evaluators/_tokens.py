@@ -139,10 +139,30 @@ def rows_digest(rows: list[list[int]]) -> str:
     return feeds_digest({"ids": np.asarray(row, dtype=np.int64)} for row in rows)
 
 
+def row_entries(ctx: EvalContext, reference: ModelArtifact, target: Target, kind: str, rows: list[list[int]]) -> list[ReferenceOutputs]:
+    """The cache entries of ``reference``'s figure ``kind`` on ``target``, one per row."""
+    common = {"kind": kind, "reference": reference.digest, "target": target.fingerprint()}
+    return [ReferenceOutputs(ctx.cache_dir, {**common, "row": rows_digest([row])}) for row in rows]
+
+
+def keep_own_rows(ctx: EvalContext, model: ModelArtifact, kind: str, rows: list[list[int]], outputs: list[np.ndarray]) -> None:
+    """The reference's own figures, computed while it is measured as a candidate, kept where its
+    candidates' ``ReferenceRows`` look for them: no candidate then opens the reference to score
+    these rows again (nor holds it in memory beside itself)."""
+    if ctx.cache_dir is None:
+        return
+    for entry, out in zip(row_entries(ctx, model, ctx.target, kind, rows), outputs, strict=True):
+        if out.nbytes <= MAX_BYTES:
+            entry.save([kind], [{kind: out}])
+
+
 class ReferenceRows:
-    """The reference's figure per row (``kind``: its logits, its per-token NLL), from the cache or
-    from a session opened on a miss, whose figures are cached once every row has run (unless they
-    exceed the cache's size limit: they are then recomputed per candidate)."""
+    """The reference's figure per row (``kind``: its logits, its per-token NLL), each row its own
+    entry of the evaluation cache (keyed by the reference, its target and the row's tokens), so an
+    evaluation on the first rows and one on every row share what they have in common, and a large
+    figure (a 32000-token vocabulary's logits) is cached row by row instead of not at all. A row
+    missing from the cache is computed by a reference session opened on the first miss, and
+    cached at once (unless it exceeds the cache's size limit)."""
 
     def __init__(
         self,
@@ -154,40 +174,37 @@ class ReferenceRows:
     ) -> None:
         assert ctx.reference is not None
         self.ctx, self.kind, self.compute, self.evaluator = ctx, kind, compute, evaluator
-        key_doc = {"kind": kind, "reference": ctx.reference.digest, "target": ctx.reference_on.fingerprint(), "rows": rows_digest(rows)}
-        self.cache = ReferenceOutputs(ctx.cache_dir, key_doc)
+        self.entries = row_entries(ctx, ctx.reference, ctx.reference_on, kind, rows)
         self.session: GenerativeSession | None = None
-        self.cached: list[np.ndarray] | None = None
-        self.computed: list[np.ndarray] | None = []  # None: too large to keep
-        self.computed_bytes = 0
+        self.hits = self.misses = 0
 
     def __enter__(self) -> ReferenceRows:
-        loaded = self.cache.load()
-        if loaded is not None and loaded[0] == [self.kind]:
-            self.cached = [outputs[self.kind] for outputs in loaded[1]]
-        else:
-            assert self.ctx.reference is not None
-            self.session = open_generative(self.ctx, self.ctx.reference, "reference", self.evaluator, target=self.ctx.reference_on)
         return self
 
     def row(self, index: int, ids: list[int]) -> np.ndarray:
-        if self.cached is not None:
-            return self.cached[index]
-        assert self.session is not None
+        entry = self.entries[index]
+        loaded = entry.load()
+        if loaded is not None and loaded[0] == [self.kind] and len(loaded[1]) == 1:
+            self.hits += 1
+            return loaded[1][0][self.kind]
+        self.misses += 1
+        if self.session is None:
+            assert self.ctx.reference is not None
+            self.session = open_generative(self.ctx, self.ctx.reference, "reference", self.evaluator, target=self.ctx.reference_on)
         out = self.compute(self.session, ids)
-        if self.computed is not None:
-            self.computed_bytes += out.nbytes
-            self.computed.append(out)
-            if self.computed_bytes > MAX_BYTES:
-                self.computed, self.cache.status = None, "too large"
+        if out.nbytes <= MAX_BYTES:
+            entry.save([self.kind], [{self.kind: out}])
         return out
 
     @property
     def status(self) -> str:
-        return self.cache.status
+        """``hit`` (every row from the cache), ``miss`` (none), ``partial (H of N rows cached)``, or ``disabled``."""
+        if self.ctx.cache_dir is None:
+            return "disabled"
+        if not self.misses:
+            return "hit"
+        return "miss" if not self.hits else f"partial ({self.hits} of {self.hits + self.misses} rows cached)"
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
         if self.session is not None:
             self.session.close()
-            if kind is None and self.computed is not None:
-                self.cache.save([self.kind], [{self.kind: array} for array in self.computed])

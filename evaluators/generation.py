@@ -10,13 +10,15 @@ the reference are opened side by side and timed in interleaved rounds, their ord
 over several fresh pairs of sessions, with the machine watched: a round taken while other processes
 keep it busy is thrown away and taken again once it is quiet. A round is one prompt (the rounds
 cycle through them): each model generates from it ``runs_per_round`` times, after one untimed
-generation that wakes its threads (as latency's rounds do). Per round, and so on the same prompt:
+generation that wakes its threads (as latency's rounds do; after a fresh session's warm-up it makes
+``_generation_clock.WAKE_TOKENS``, not the full length). Per round, and so on the same prompt:
 
 - ``decode_speedup``: the candidate's decode rate over the reference's (decode tokens / decode
-  seconds of the round's generations);
+  seconds of the round's generations): what the stopping rule's interval, ``precision``, is
+  computed on (``DecodeRounds``), as an objective on ``decode_tokens_per_s`` is ranked by it;
 - ``ttft_speedup``: the reference's median time to first token over the candidate's;
-- ``e2e_speedup``: the reference's median end-to-end time over the candidate's (what the stopping
-  rule's interval, ``precision``, is computed on).
+- ``e2e_speedup``: the reference's median end-to-end time over the candidate's (the stopping
+  rule's figure for ``seq2seq_generation``, ranked by end-to-end tokens per second).
 
 Their medians over rounds are the metrics, with the per-round samples grouped by pair of sessions
 (a clustered bootstrap, as latency's speedup). The candidate's own figures come from all its timed
@@ -33,7 +35,6 @@ numpy is imported inside functions: the engine imports this module at validate t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
@@ -42,6 +43,7 @@ from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, MetricResult, Samples
 from engine.core.refs import DatasetRef
 from engine.core.stats import bootstrap
+from evaluators._generation_clock import DecodeRounds, Figures, GenerationArm, decode_speedup, generations
 from evaluators._rounds import Rounds
 from evaluators._sessions import ComparisonRules
 from evaluators._tokens import generate, open_generative, token_rows
@@ -53,77 +55,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Timings(list[int]):
-    """A round's end-to-end times (ns), one per generation, with the generations they came from
-    (what ``Rounds`` keeps per arm and round, so the kept rounds' generations can be read back)."""
-
-    def __init__(self, generations: list[Generation]) -> None:
-        super().__init__(round(g.total_s * 1e9) for g in generations)
-        self.generations = generations
-
-
-#: one greedy generation: (session, prompt or source, max_new_tokens, role) -> its tokens and timings
-Produce = Callable[[Any, Any, int, str], "Generation"]
-
-
-class GenerationArm:
-    """One model under the clock: generations from the prompts (a decoder's token ids, an
-    encoder-decoder's sources), in the rounds' order (round k uses prompt k modulo the number of
-    prompts, for both models). The continuation of each prompt is kept, and a prompt that
-    generates differently twice is noted."""
-
-    def __init__(self, role: str, session: Session, prompts: list[Any], max_new_tokens: int, first_round: int, produce: Produce) -> None:
-        self.role, self.session, self.prompts, self.max_new_tokens = role, session, prompts, max_new_tokens
-        self.produce = produce
-        self.next = first_round  # the index of the next round this arm times
-        self.outputs: dict[int, list[int]] = {}
-        self.unstable: set[int] = set()
-
-    def _generate(self, index: int) -> Generation:
-        index %= len(self.prompts)
-        out = self.produce(self.session, self.prompts[index], self.max_new_tokens, self.role)
-        seen = self.outputs.setdefault(index, out.tokens)
-        if seen != out.tokens:
-            self.unstable.add(index)
-        return out
-
-    def warm_up(self, runs: int) -> None:
-        """``runs`` untimed generations from the next round's prompts."""
-        for i in range(runs):
-            self._generate(self.next + i)
-        self.session.synchronize()
-
-    def time(self, runs: int) -> list[int]:
-        """The next round: ``runs`` generations from its prompt."""
-        self.session.synchronize()
-        generations = [self._generate(self.next) for _ in range(runs)]
-        self.next += 1
-        return Timings(generations)
-
-    def cover(self) -> None:
-        """One untimed generation from each prompt not yet generated (for ``greedy_match``)."""
-        for index in range(len(self.prompts)):
-            if index not in self.outputs:
-                self._generate(index)
-
-
 class GenerationTiming(ComparisonRules):
     """The options of generation timing (the ``generation`` and ``seq2seq_generation`` evaluators'),
     beside where their prompts come from."""
 
     max_new_tokens: int = Field(
-        default=32,
+        default=16,
         ge=2,
         le=1_000_000,
         description="Tokens each generation makes (at least 2: the first is the prefill's, the rest are decoded).",
     )
-    warmup: int = Field(default=2, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
+    warmup: int = Field(default=1, ge=0, le=10_000, description="Untimed generations of each model per pair of sessions before timing.")
     runs_per_round: int = Field(
-        default=2, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
+        default=1, ge=1, le=10_000, description="Timed generations of each model in one round (all from the round's prompt)."
     )
     sessions: int = Field(default=2, ge=1, le=1000, description="Fresh pairs of sessions the rounds are spread over (at least).")
     min_rounds: int = Field(
-        default=8, ge=2, le=100_000, description="Rounds to take at least (each round times both models on one prompt)."
+        default=4,
+        ge=2,
+        le=100_000,
+        description="Rounds to take at least (each round times both models on one prompt); more are taken, a pair of sessions at "
+        "a time, only while the interval is wider than `precision` asks.",
     )
     max_rounds: int = Field(
         default=60, ge=2, le=100_000, description="Rounds to take at most while the interval is still wider than `precision` asks."
@@ -172,6 +124,8 @@ class GenerationEvaluator(Evaluator):
         "rounds",
         "others_cores",
     )
+    #: the clock: rounds that stop once the decode speedup's interval is within ``precision``
+    rounds_class: type[Rounds] = DecodeRounds
     paired_metrics = {
         "decode_tokens_per_s": "decode_speedup",
         "ttft_ms": "ttft_speedup",
@@ -211,7 +165,7 @@ class GenerationEvaluator(Evaluator):
         cfg = self.config
         prompts, lengths = self.prompts(model, ctx)
         compared = ctx.reference is not None
-        rounds = Rounds(cfg, arms=2 if compared else 1)
+        rounds = self.rounds_class(cfg, arms=2 if compared else 1)
         outputs: list[dict[int, list[int]]] = [{}, {}]  # per arm: prompt index -> continuation
         unstable: set[int] = set()
         session_details: dict[str, Any] = {}
@@ -266,8 +220,8 @@ class GenerationEvaluator(Evaluator):
         session, reference_session = sessions
         compared = rounds.arms == 2
         blocks = [r.block for r in rounds.kept]
-        per_arm = [[g for r in rounds.kept for g in _generations(r.times_ns[i])] for i in range(rounds.arms)]
-        mine = _Figures(per_arm[-1])
+        per_arm = [[g for r in rounds.kept for g in generations(r.times_ns[i])] for i in range(rounds.arms)]
+        mine = Figures(per_arm[-1])
         values: dict[str, float] = {
             "ttft_ms": mine.ttft_ms,
             "decode_tokens_per_s": mine.decode_tokens_per_s,
@@ -277,7 +231,7 @@ class GenerationEvaluator(Evaluator):
             "rounds": float(len(rounds.kept)),
             "others_cores": rounds.mean_others(),
         }
-        samples = {"ttft_ms": Samples("median", [_Figures(_generations(r.times_ns[-1])).ttft_ms for r in rounds.kept], blocks)}
+        samples = {"ttft_ms": Samples("median", [Figures(generations(r.times_ns[-1])).ttft_ms for r in rounds.kept], blocks)}
         details: dict[str, Any] = {
             "method": "interleaved rounds against the reference" if compared else "rounds, alone",
             "sampling": "greedy",
@@ -301,7 +255,7 @@ class GenerationEvaluator(Evaluator):
             "target": ctx.target.id,
         }
         if compared:
-            paired = self._paired(rounds, outputs, _Figures(per_arm[0]), blocks, reference_session, ctx)
+            paired = self._paired(rounds, outputs, Figures(per_arm[0]), blocks, reference_session, ctx)
             values |= paired.values
             samples |= paired.samples
             details |= paired.details
@@ -322,7 +276,7 @@ class GenerationEvaluator(Evaluator):
         self,
         rounds: Rounds,
         outputs: list[dict[int, list[int]]],
-        ref: _Figures,
+        ref: Figures,
         blocks: list[int],
         reference_session: dict[str, Any],
         ctx: EvalContext,
@@ -332,11 +286,8 @@ class GenerationEvaluator(Evaluator):
         import numpy as np
 
         cfg = self.config
-        decode = [
-            _Figures(_generations(r.times_ns[1])).decode_tokens_per_s / _Figures(_generations(r.times_ns[0])).decode_tokens_per_s
-            for r in rounds.kept
-        ]
-        ttft = [_Figures(_generations(r.times_ns[0])).ttft_ms / _Figures(_generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
+        decode = [decode_speedup(r.times_ns) for r in rounds.kept]
+        ttft = [Figures(generations(r.times_ns[0])).ttft_ms / Figures(generations(r.times_ns[1])).ttft_ms for r in rounds.kept]
         e2e = rounds.ratios()
         decode_interval = bootstrap(decode, "median", cfg.confidence, groups=blocks)
         matched = [float(outputs[1][i] == outputs[0][i]) for i in sorted(outputs[0]) if i in outputs[1]]
@@ -365,33 +316,3 @@ class GenerationEvaluator(Evaluator):
             "reference_target": ctx.reference_on.id,
         }
         return MetricResult(values=values, details=details, samples=samples)
-
-
-def _generations(times: list[int]) -> list[Generation]:
-    assert isinstance(times, Timings)
-    return times.generations
-
-
-class _Figures:
-    """The figures of a set of generations."""
-
-    def __init__(self, generations: list[Generation]) -> None:
-        import numpy as np
-
-        self.generations = generations
-        self.ttft_ms = float(np.median([g.prefill_s for g in generations])) * 1e3
-        self.e2e_ms = float(np.median([g.total_s for g in generations])) * 1e3
-        self.decode_tokens = sum(len(g.decode_s) for g in generations)
-        self.decode_s = sum(sum(g.decode_s) for g in generations)
-        self.new_tokens = sum(len(g.tokens) for g in generations)
-        self.total_s = sum(g.total_s for g in generations)
-        self.decode_tokens_per_s = self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
-        self.tokens_per_s = self.new_tokens / self.total_s if self.total_s > 0 else 0.0
-
-    def totals(self) -> dict[str, float]:
-        return {
-            "decode_tokens": self.decode_tokens,
-            "decode_s": self.decode_s,
-            "new_tokens_total": self.new_tokens,
-            "total_s": self.total_s,
-        }

@@ -21,7 +21,7 @@ from pydantic import Field
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from engine.core.refs import DatasetRef
-from evaluators._tokens import ReferenceRows, log_softmax, logits, open_generative, require_decoder, token_rows
+from evaluators._tokens import ReferenceRows, keep_own_rows, log_softmax, logits, open_generative, require_decoder, token_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +51,7 @@ class LogitFidelity(Evaluator):
     )
     version = "1"
     needs_reference = True
+    stage_option = "limit"
     metrics = ("top1_agreement", "kl_mean", "kl_max", "positions")
 
     class Config(EvaluatorConfig):
@@ -71,8 +72,9 @@ class LogitFidelity(Evaluator):
             raise EvaluationError(f"dataset '{cfg.data}' has no tokens to compare on")
         details: dict[str, Any] = {"reference": ctx.reference is None, "data": cfg.data, "rows": len(rows), "positions": len(groups)}
         if ctx.reference is None:
-            # the reference against itself: identical distributions, nothing needs to run
+            # the reference against itself: identical distributions; its logits are kept for its candidates
             require_decoder(model, self.name)
+            self._keep_logits(model, ctx, rows)
             values = {"top1_agreement": 1.0, "kl_mean": 0.0, "kl_max": 0.0, "positions": float(len(groups))}
             samples = {
                 "top1_agreement": Samples("mean", [1.0] * len(groups), groups),
@@ -111,3 +113,16 @@ class LogitFidelity(Evaluator):
         samples = {"top1_agreement": Samples("mean", agreement.tolist(), groups), "kl_mean": Samples("mean", divergence.tolist(), groups)}
         logger.debug("logit fidelity of %s: top-1 %.4f, KL %.6f", model.digest[:12], values["top1_agreement"], values["kl_mean"])
         return MetricResult(values=values, details=details, samples=samples)
+
+    def _keep_logits(self, model: ModelArtifact, ctx: EvalContext, rows: list[list[int]]) -> None:
+        """The reference's logits on ``rows``, computed once here and cached for its candidates (which
+        would otherwise each open the reference beside themselves on a miss); nothing when no cache."""
+        if ctx.cache_dir is None:
+            return
+        session = open_generative(ctx, model, "model", self.name)
+        try:
+            for ids in rows:  # row by row: a large vocabulary's logits are not all held at once
+                if ids:
+                    keep_own_rows(ctx, model, "logits", [ids], [logits(session, ids, "model")])
+        finally:
+            session.close()

@@ -25,7 +25,7 @@ from pydantic import Field
 from engine.core.errors import EvaluationError
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult, Samples
 from engine.core.refs import DatasetRef
-from evaluators._tokens import ReferenceRows, log_softmax, logits, open_generative, token_rows
+from evaluators._tokens import ReferenceRows, keep_own_rows, log_softmax, logits, open_generative, token_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,6 +64,7 @@ class Perplexity(Evaluator):
     )
     version = "1"
     needs_reference = True
+    stage_option = "limit"
     metrics = ("perplexity", "nll_mean", "nll_increase", "perplexity_ratio", "reference_perplexity", "tokens")
 
     class Config(EvaluatorConfig):
@@ -86,6 +87,7 @@ class Perplexity(Evaluator):
         try:
             if ctx.reference is None:
                 per_row = [session_nll(session, ids, "model") for ids in rows]
+                keep_own_rows(ctx, model, "nll", rows, per_row)  # what the candidates compare with
             else:
                 with ReferenceRows(ctx, "nll", rows, lambda s, ids: session_nll(s, ids, "reference"), self.name) as reference:
                     for index, ids in enumerate(rows):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from engine.core.refs import DatasetRef
+from evaluators._rounds import Rounds
 from evaluators._seq2seq import generate, open_seq2seq, sources
 from evaluators.generation import GenerationEvaluator, GenerationTiming
 
@@ -36,6 +37,8 @@ class Seq2SeqGeneration(GenerationEvaluator):
         "whether the continuations match."
     )
     version = "2"
+
+    rounds_class = Rounds  # ranked by end-to-end tokens per second: the rounds stop on that interval
 
     class Config(GenerationTiming):  # the generation evaluator's clock; sources instead of prompts
         data: DatasetRef | None = Field(

@@ -185,8 +185,14 @@ class GenaiTarget(Target):
             else self.config.past_present_share_buffer,
             "config_overlay": overlay,
         }
-        decoder = json.loads((model.path / "genai_config.json").read_text()).get("model", {}).get("decoder", {})
-        window = int((decoder.get("sliding_window") or {}).get("window_size") or 0)
+        described = json.loads((model.path / "genai_config.json").read_text()).get("model", {})
+        window = int((described.get("decoder", {}).get("sliding_window") or {}).get("window_size") or 0)
+        context = int(described.get("context_length") or 0)
+        if window and context and window > context:
+            # a window wider than the context (transformers' default 4096 kept in a 512-token model's
+            # config) never slides: the cache needs the context at most, and GenAI refuses a
+            # max_length above it ("max_length (4096) cannot be greater than model context_length (512)")
+            window = context
         if window:
             details["sliding_window"] = window
         return GenaiSession(og, loaded, details, window)

@@ -95,6 +95,10 @@ class Evaluator(ABC):
     #: compares against the reference model (so the reference digest enters the key)
     needs_reference: ClassVar[bool] = False
     libraries: ClassVar[tuple[str, ...]] = ()
+    #: the option (an int, or None for every row) that scores only the first N rows of its dataset:
+    #: the engine then judges a constraint on this evaluation's metrics on a few rows first and on
+    #: every row only when the few cannot decide (engine.execute.stages); None: always every row
+    stage_option: ClassVar[str | None] = None
     #: metrics better ranked through a paired figure measured against the reference in the same
     #: evaluation, ``{metric: paired metric}``; the paired metric is higher-is-better (latency:
     #: ``p50_ms`` is ranked by ``speedup``, the reference's time over the candidate's, round by round)

@@ -9,6 +9,7 @@ from typing import Any
 from engine import registry
 from engine.core.artifact import ModelArtifact
 from engine.execute.datasets import Datasets
+from engine.execute.stages import measure_staged
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult, CandidateState
 from engine.select.select import cheap_violations
@@ -46,7 +47,8 @@ def evaluate(
 ) -> None:
     """Measure ``result``'s model with ``specs`` in order. Once a figure breaks a constraint the
     candidate cannot be chosen, so what is left is not measured: not timed, nor judged on another
-    dataset (unless the search times infeasible candidates too); the first evaluation that cannot
+    dataset (unless the search times infeasible candidates too); a constrained figure scored row by
+    row is judged on a few rows first (engine.execute.stages); the first evaluation that cannot
     run or fails ends the candidate as failed."""
     if result.candidate.reference:
         reference_model = None
@@ -60,7 +62,7 @@ def evaluate(
                 break
         why = _cannot_run(spec, result, reference_model, datasets)
         if why is None:
-            record, error = measure(spec, reference_model)
+            record, error = measure_staged(resolved, spec, result, reference, reference_model, measure)
             why = None if record is not None else f"evaluation {spec.id} failed: {error}"
         if why is not None:
             result.state, result.reason = CandidateState.FAILED, why

@@ -15,6 +15,8 @@ KINDS = ("decoder", "seq2seq")
 #: sources an encoder-decoder candidate's first-step top-1 is compared on: with 64, one disagreement still
 #: keeps the bootstrap's lower 95% bound above 0.95 (the default bar); with 32 only none does
 SEQ2SEQ_SOURCES = 64
+#: held-out rows a decoder's logit fidelity compares on (the bar is on perplexity, judged on every row where it is near)
+LOGIT_ROWS = 8
 
 
 def steps(facts: ModelFacts, choice: Choice) -> Pipeline:
@@ -105,9 +107,10 @@ def _decoder_data(facts: ModelFacts) -> dict[str, dict[str, Any]]:
 def evaluate(facts: ModelFacts) -> list[dict[str, Any]]:
     if facts.kind == "decoder":
         return [
-            {"id": "generation", "evaluator": "generation", "config": {"data": "prompts", "max_new_tokens": 32}},
+            {"id": "generation", "evaluator": "generation", "config": {"data": "prompts", "max_new_tokens": 16}},
             {"id": "perplexity", "evaluator": "perplexity", "config": {"data": "heldout"}},
-            {"id": "fidelity", "evaluator": "logit_fidelity", "config": {"data": "heldout"}},
+            # no bar on it (it tells how the distributions differ): the rows the first look of a staged perplexity scores
+            {"id": "fidelity", "evaluator": "logit_fidelity", "config": {"data": "heldout", "limit": LOGIT_ROWS}},
             {"id": "size", "evaluator": "size"},
         ]
     sources = {"data": "heldout"} if facts.tokenizer else {}

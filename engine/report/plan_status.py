@@ -11,6 +11,7 @@ from typing import Any
 from engine.core.artifact import ModelArtifact
 from engine.execute.datasets import Datasets, input_artifact
 from engine.execute.evaluation import candidate_evaluations
+from engine.execute.stages import first_look
 from engine.plan.jobs import EvalSpec
 from engine.plan.keys import explain
 from engine.plan.planner import Candidate, Plan, build_plan
@@ -148,10 +149,21 @@ def _candidate_statuses(
                 marks[spec.id] = MISS
                 continue
             against = None if candidate.reference else reference_digest
-            key, _ = plan.eval_key(
-                spec, model_digest, against, candidate.target, candidate.settings, datasets.keys, lambda p: store.cached_digest(p, "file")
-            )
-            marks[spec.id] = HIT if store.lookup(key) else MISS
+            # a staged evaluation is answered by its first look alone where that look decided
+            looks = [first for first in [first_look(plan.resolved, spec, candidate.reference)] if first is not None]
+            hit = False
+            for look in [spec, *looks]:
+                key, _ = plan.eval_key(
+                    look,
+                    model_digest,
+                    against,
+                    candidate.target,
+                    candidate.settings,
+                    datasets.keys,
+                    lambda p: store.cached_digest(p, "file"),
+                )
+                hit = hit or store.lookup(key) is not None
+            marks[spec.id] = HIT if hit else MISS
         out.append(
             CandidateStatus(candidate.id, plan.label(candidate), candidate.reference, marks, candidate.baseline, plan.measured(candidate))
         )

@@ -19,12 +19,15 @@ from engine.core.hashing import sha256_json
 IDENTITY_ATTR = "kiln:identity"
 #: the search settings that bound a search without changing what it explores
 BUDGET = ("max_candidates", "max_time_s", "stop_when", "storage")
+#: the search settings that change how a candidate is measured, not what is explored (a staged bar
+#: decides as judging every row would)
+MEASURING = ("staged",)
 
 
 def identity(spec: Any) -> dict[str, Any]:
     """The part of a workflow spec (``WorkflowSpec``) that names its search."""
     data: dict[str, Any] = spec.model_dump(mode="json", exclude={"output", "cache", "description"})
-    data["search"] = {k: v for k, v in (data.get("search") or {}).items() if k not in BUDGET}
+    data["search"] = {k: v for k, v in (data.get("search") or {}).items() if k not in BUDGET + MEASURING}
     return data
 
 

@@ -326,6 +326,11 @@ class SearchSpec(_Strict):
         default=False,
         description="Also time candidates whose cheap metrics (e.g. fidelity) already break a constraint. Off: they are not timed.",
     )
+    staged: bool = Field(
+        default=True,
+        description="Judge a constraint on a figure scored row by row (perplexity, logit_fidelity) on its first 8 rows first, "
+        "and on every row only when the interval of those rows (at a stricter confidence) straddles the bar. false: every row, always.",
+    )
     storage: str | None = Field(
         default=None,
         description="Database URL of the search state (default: sqlite in the store). A PostgreSQL URL lets many hosts share a search.",

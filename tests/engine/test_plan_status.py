@@ -45,3 +45,27 @@ def test_explain_plan_reports_misses_blocked_jobs_then_hits_and_what_changed(tmp
     changed = explain_plan(load_workflow(path), store)
     assert [(j.state, j.changed) for j in changed.jobs] == [(MISS, ("config.tag",)), (BLOCKED, None)]
     assert [c.evaluations for c in changed.candidates["cpu"]] == [{"fidelity": HIT}, {"fidelity": MISS}]
+
+
+def test_a_staged_evaluation_settled_by_its_first_look_shows_as_a_hit(tmp_path, tiny_onnx, monkeypatch):
+    """A candidate whose bar was settled on the first rows has only that look in the store; `engine plan`
+    must not promise to measure it again (the fidelity evaluator is made staged here by its max_samples)."""
+    from engine.execute.stages import FIRST_ROWS
+    from evaluators.fidelity import Fidelity
+
+    monkeypatch.setattr(Fidelity, "stage_option", "max_samples")
+    workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
+    workflow["data"]["rows"]["samples"] = 2 * FIRST_ROWS
+    workflow["steps"] = [{"id": "int8", "pass": "ort_quantize", "config": {"mode": "dynamic", "per_channel": True}}]
+    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}, {"id": "size", "evaluator": "size"}]
+    workflow["select"] = {
+        "objective": {"metric": "size.file_bytes", "goal": "min"},
+        "constraints": [{"metric": "fidelity.cosine_mean", "min": 0.5}],
+    }
+    path = write_workflow(tmp_path, workflow)
+    store = Store(tmp_path / "store")
+    report = run_workflow(load_workflow(path), store)
+    quantized = next(r for r in report.results if not r.candidate.reference)
+    assert quantized.details["fidelity"]["samples"] == FIRST_ROWS  # settled on the first look alone
+    after = explain_plan(load_workflow(path), store)
+    assert all(c.evaluations == {"fidelity": HIT, "size": HIT} for c in after.candidates["cpu"])

@@ -166,3 +166,34 @@ def test_memory_runs_generations_of_a_decoder(models, tmp_path: Path) -> None:
     # without the option the key of an existing memory evaluation is unchanged
     assert "max_new_tokens" not in Memory.Config().to_json()
     assert Memory.Config(max_new_tokens=8).to_json()["max_new_tokens"] == 8
+
+
+def test_the_defaults_are_lean_and_wake_ups_between_turns_are_short(models, tmp_path: Path, monkeypatch) -> None:
+    """Defaults: 16 new tokens, 1 warm-up per fresh session, 1 timed generation per round, 4 rounds over 2
+    pairs of sessions; the untimed wake-up before each model's turn in a round makes 2 tokens, not 16."""
+    asked: list[int] = []
+    real = BigramSession.generate
+
+    def counted(self: BigramSession, prompt: list[int], max_new_tokens: int) -> Generation:
+        asked.append(max_new_tokens)
+        return real(self, prompt, max_new_tokens)
+
+    monkeypatch.setattr(BigramSession, "generate", counted)
+    ctx, _ = context(tmp_path, models["reference"], rows_dataset())
+    result = GenerationEvaluator(GenerationEvaluator.Config(data="text", quiet_wait_s=0, precision=0.9)).evaluate(models["same"], ctx)
+    d = result.details
+    assert (d["max_new_tokens"], d["warmup"], d["runs_per_round"], d["rounds"], d["sessions"]) == (16, 1, 1, 4, 2)
+    # per model a 2-token wake-up per round (4 each, 8 in all); every other generation (warm-ups of a fresh
+    # session, timed ones, those covering prompts for greedy_match) makes the full 16
+    assert asked.count(2) == 8
+    assert set(asked) == {2, 16}
+
+
+def test_the_rounds_stop_on_the_decode_speedups_interval(models, tmp_path: Path) -> None:
+    """The objective is ranked by decode_speedup, so the stopping rule's interval is that one's."""
+    ctx, _ = context(tmp_path, models["reference"], rows_dataset())
+    result = generation(max_new_tokens=6).evaluate(models["slow"], ctx)
+    v = result.values
+    assert result.details["interval_half_width"] == pytest.approx(
+        (v["decode_speedup_high"] - v["decode_speedup_low"]) / 2 / v["decode_speedup"]
+    )

@@ -109,3 +109,16 @@ def test_errors_are_located(models, tmp_path: Path, make_model) -> None:
 
 def test_registered() -> None:
     assert load("evaluators", "logit_fidelity") is LogitFidelity
+
+
+def test_the_references_own_measurement_caches_its_logits_for_its_candidates(models, tmp_path: Path) -> None:
+    own, target = context(tmp_path, None, rows_dataset(), cache=True)
+    fidelity().evaluate(models["reference"], own)
+    assert len(target.sessions) == 1  # the reference's logits computed once, for its candidates
+    compared, target2 = context(tmp_path, models["reference"], rows_dataset(), cache=True)
+    result = fidelity().evaluate(models["candidate"], compared)
+    assert len(target2.sessions) == 1 and result.details["reference_logits"] == "hit"
+    assert (
+        result.values
+        == fidelity().evaluate(models["candidate"], context(tmp_path / "fresh", models["reference"], rows_dataset())[0]).values
+    )

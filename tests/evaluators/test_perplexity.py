@@ -154,3 +154,24 @@ def test_rows_from_text_lines_with_a_decoder_tokenizer(tmp_path: Path) -> None:
     assert result.values["tokens"] == sum(len(row) - 1 for row in rows)
     expected = np.concatenate(expected_nll(table, rows))
     assert result.values["nll_mean"] == pytest.approx(expected.mean(), rel=1e-6)
+
+
+def test_the_references_own_measurement_fills_the_cache_its_candidates_read(models, tmp_path: Path) -> None:
+    data = rows_dataset()
+    own, _ = context(tmp_path, None, data, cache=True)
+    perplexity().evaluate(models["reference"], own)  # the reference measured as a candidate: ctx.reference is None
+    compared, target2 = context(tmp_path, models["reference"], data, cache=True)
+    result = perplexity().evaluate(models["candidate"], compared)
+    assert len(target2.sessions) == 1  # the candidate only: the reference's NLL came from its own measurement
+    assert result.details["reference_nll"] == "hit"
+    uncached = perplexity().evaluate(models["candidate"], context(tmp_path / "fresh", models["reference"], data)[0])
+    assert result.values == uncached.values
+
+
+def test_a_shorter_look_and_a_longer_one_share_the_reference_rows(models, tmp_path: Path) -> None:
+    data = rows_dataset()
+    first, _ = context(tmp_path, models["reference"], data, cache=True)
+    perplexity(limit=2).evaluate(models["candidate"], first)
+    every, _ = context(tmp_path, models["reference"], data, cache=True)
+    result = perplexity().evaluate(models["candidate"], every)
+    assert result.details["reference_nll"] == "partial (2 of 4 rows cached)"

@@ -132,3 +132,24 @@ def test_an_npu_or_other_gpu_device_this_host_lacks_says_which_provider_and_pack
         assert word in availability.reason
     snippet = genai(device=device).snippet({"device": device}, "model")
     assert f"config.append_provider({DEVICES[device][0]!r})" in snippet
+
+
+def test_a_sliding_window_wider_than_the_context_never_asks_for_more_than_the_context(tiny_genai: TinyGenai, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A Gemma 2 config keeping transformers' default window (4096) with a shorter context: the cache
+    GenAI is asked for is the context at most (it refused max_length 4096 above context_length)."""
+    import json
+
+    folder = tmp_path / "windowed"
+    shutil.copytree(tiny_genai.fp32.path, folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    context = int(config["model"]["context_length"])
+    config["model"]["decoder"]["sliding_window"] = {
+        "window_size": context * 16,
+        "slide_key_value_cache": False,
+        "slide_inputs": False,
+        "layers": [],
+    }
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    session = genai().open_session(ModelArtifact.from_folder("genai", folder))
+    assert session.details["sliding_window"] == context
+    assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
