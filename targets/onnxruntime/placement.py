@@ -26,6 +26,16 @@ def prepare(options: Any, providers: list[str], allow_fallback: bool) -> None:
         options.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
 
 
+def providers_to_create(providers: list[str], config_entries: dict[str, str] | None) -> list[str]:
+    """The providers to create a session with, from those a session reports in use: onnxruntime
+    lists the CPU EP in ``get_providers()`` even when fallback to it is disabled, and refuses a
+    session that names it while disabling it ("Conflicting session configuration: explicitly
+    added the CPU EP to the session, but also disabled fallback to the CPU EP")."""
+    if (config_entries or {}).get(DISABLE_CPU_FALLBACK) == "1":
+        return [name for name in providers if name != "CPUExecutionProvider"] or list(providers)
+    return list(providers)
+
+
 def refused_cpu_fallback(error: BaseException) -> bool:
     """Whether session creation failed because nodes needed the CPU EP while it was disabled."""
     return "fallback to CPU EP has been explicitly disabled" in str(error)

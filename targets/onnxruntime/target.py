@@ -249,7 +249,7 @@ class OnnxRuntimeTarget(Target):
         CUDA graph shapes, from a measured session's ``details``. The only paths are TensorRT's
         engine and timing cache folders in Kiln's store, named under ``store_paths``."""
         details = session_details
-        providers = list(details.get("providers") or self.config.providers)
+        providers = placement.providers_to_create(list(details.get("providers") or self.config.providers), details.get("config_entries"))
         passed = details.get("provider_options_passed") or {}
         provider_options = [dict(passed.get(name, {})) for name in providers]
         store_paths = [
