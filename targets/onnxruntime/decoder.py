@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import KilnError
@@ -60,6 +60,10 @@ class DecoderSession(GenerativeSession):
         self.layout = layout
         self.bound = bound
         self.device, self.device_id = device, device_id
+        #: on the CPU the shared-buffer loop binds numpy arrays that onnxruntime reads and writes in
+        #: place; False binds OrtValues and reads the logits back as on a device (the device's code
+        #: path, run on a CPU by the tests)
+        self.host_arrays = device == "cpu"
         self.host_bytes = 0
         self.last_cache: dict[str, Any] = {}
         self._loop: _SharedLoop | None = None
@@ -182,7 +186,7 @@ class DecoderSession(GenerativeSession):
         ids, past = prompt, 0
         for _ in range(n):
             start = time.perf_counter()
-            binding = self._binding(ids, past, cache)
+            binding, _feeds = self._binding(ids, past, cache)  # the feeds alive until the run
             binding.bind_output(layout.logits, device, device_id)
             for name in layout.presents:
                 binding.bind_output(name, device, device_id)
@@ -228,14 +232,19 @@ class DecoderSession(GenerativeSession):
         times: list[float] = []
         start = time.perf_counter()
         feeds = self._step_feeds(prompt, 0)  # alive until the run: bound on the CPU without a copy
+        kept = []  # the prefill's OrtValues, alive until it has run
         for name, array in feeds.items():
-            if self.device == "cpu":
+            if self.host_arrays:
                 loop.prefill.bind_cpu_input(name, array)
             else:
-                loop.prefill.bind_ortvalue_input(name, self._device_value(array))
-        host = loop.prefill_logits(self, len(prompt))
+                kept.append(self._device_value(array))
+                loop.prefill.bind_ortvalue_input(name, kept[-1])
+        logits = loop.prefill_logits(self, len(prompt))
         self._run_bound(loop.prefill)
-        host = host if host is not None else loop.prefill.get_outputs()[0].numpy()
+        # read by name, never by position: get_outputs() lists the outputs in the order they were
+        # bound, the presents first (bound once with the buffers), so [0] is present.0.key
+        host = logits if isinstance(logits, np.ndarray) else logits.numpy()
+        del kept
         tokens = [int(np.argmax(host[0, -1]))]
         times.append(time.perf_counter() - start)
         self.host_bytes += host.shape[1] * vocab * host.itemsize
@@ -243,7 +252,7 @@ class DecoderSession(GenerativeSession):
         for past in range(len(prompt), len(prompt) + n - 1):
             start = time.perf_counter()
             loop.token.update_inplace(np.asarray([[tokens[-1]]], dtype=ids_dtype))
-            self._bind_positions(loop.step, past)
+            loop.step_feeds = self._bind_positions(loop.step, past)  # kept alive until the next step binds its own
             self._run_bound(loop.step)
             last = loop.step_host if loop.step_host is not None else loop.step_logits.numpy()
             tokens.append(int(np.argmax(last[0, -1])))
@@ -266,23 +275,27 @@ class DecoderSession(GenerativeSession):
 
         return onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id)
 
-    def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> Any:
-        """A binding with this step's feeds (ids, mask, positions) and the cache as past."""
-        import onnxruntime
-
+    def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """A binding with this step's feeds (ids, mask, positions) and the cache as past, and the
+        feeds' OrtValues, which the caller keeps alive until the run."""
         binding = self._live().io_binding()
+        values = []
         for name, array in self._step_feeds(ids, past).items():
-            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+            values.append(self._device_value(array))
+            binding.bind_ortvalue_input(name, values[-1])
         for name, value in cache.items():
             binding.bind_ortvalue_input(name, value)
-        return binding
+        return binding, values
 
-    def _bind_positions(self, binding: Any, past: int) -> None:
-        """The attention mask (and positions) of a one-token step after ``past`` tokens."""
-        import onnxruntime
-
+    def _bind_positions(self, binding: Any, past: int) -> list[Any]:
+        """Bind the attention mask (and positions) of a one-token step after ``past`` tokens; the
+        OrtValues bound, which the caller keeps alive until the run (on the CPU an OrtValue made
+        from a numpy array reads that array's memory, which goes with the Python object)."""
+        values = []
         for name, array in self._span_feeds(past, 1).items():
-            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+            values.append(self._device_value(array))
+            binding.bind_ortvalue_input(name, values[-1])
+        return values
 
     def _run_bound(self, binding: Any) -> None:
         from targets.onnxruntime.session import runtime_errors, runtime_message
@@ -323,6 +336,8 @@ class _SharedLoop:
     step_logits: Any
     step_host: np.ndarray | None
     prefill_host: np.ndarray | None
+    #: the decode step's mask / positions OrtValues, alive while they are bound
+    step_feeds: list[Any] = field(default_factory=list)
 
     @classmethod
     def make(cls, session: DecoderSession, length: int, vocab: int) -> _SharedLoop:
@@ -331,7 +346,7 @@ class _SharedLoop:
 
         layout, device, device_id = session.layout, session.device, session.device_id
         shape = (1, layout.kv_heads, layout.capacity(length), layout.head_size)
-        on_host = device == "cpu"
+        on_host = session.host_arrays
         cache = {
             name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
             for name in layout.pasts
@@ -354,13 +369,20 @@ class _SharedLoop:
         prefill_host = np.zeros((1, length, vocab), dtype=logits_dtype) if on_host else None
         return cls(length, cache, prefill, step, token, step_logits, step_host, prefill_host)
 
-    def prefill_logits(self, session: DecoderSession, count: int) -> np.ndarray | None:
-        """Bind the prefill's logits output for a prompt of ``count`` tokens: on the CPU a view of
-        the kept array (returned; onnxruntime writes it), elsewhere on the device (None: read
-        after the run)."""
+    def prefill_logits(self, session: DecoderSession, count: int) -> Any:
+        """Bind the prefill's logits output for a prompt of ``count`` tokens and return what it is
+        written to: on the CPU a view of the kept array (onnxruntime writes it), elsewhere an
+        OrtValue on the device (read after the run)."""
         if self.prefill_host is None:
-            self.prefill.bind_output(session.layout.logits, session.device, session.device_id)
-            return None
+            import numpy as np
+            import onnxruntime
+
+            dtype = np.dtype(session._spec(session.layout.logits).dtype)
+            value = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
+                (1, count, self.step_logits.shape()[-1]), dtype, session.device, session.device_id
+            )
+            self.prefill.bind_ortvalue_output(session.layout.logits, value)
+            return value
         view = self.prefill_host[:, :count, :]  # C-contiguous: batch 1, leading positions
         self.prefill.bind_ortvalue_output(session.layout.logits, session._device_value(view))
         return view

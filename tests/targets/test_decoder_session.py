@@ -108,6 +108,26 @@ def test_on_cuda_the_cache_stays_on_the_gpu(tiny_genai: TinyGenai) -> None:
     assert all(value.device_name() == "cuda" for value in session.last_cache.values())
 
 
+@pytest.mark.parametrize("model", ["fp32", "unshared"])
+def test_the_device_path_of_the_bound_loop_reproduces_pytorch_with_the_cache_bound_on_the_cpu(tiny_genai: TinyGenai, model: str) -> None:
+    """The loop a GPU runs (inputs and logits as OrtValues, the logits read back after the run),
+    with its buffers in CPU memory: the tokens are PyTorch's greedy FP32 ones exactly. The prefill
+    read the first bound output as its logits, which is present.0.key (the buffers are bound
+    first), so on CUDA every token differed from the first on."""
+    import onnxruntime
+
+    session = open_decoder(getattr(tiny_genai, model))
+    session.host_arrays = False
+    for _ in range(2):  # a second generation reuses the loop's buffers and bindings
+        assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
+    if model == "fp32":
+        assert session._loop is not None and session._loop.step_host is None  # the device path, not numpy views
+    assert session.host_bytes == (len(PROMPT) + NEW_TOKENS - 1) * VOCAB * 4
+    assert all(isinstance(value, onnxruntime.OrtValue) for value in session.last_cache.values())
+    shorter = session.generate(PROMPT[:3], 4).tokens
+    assert shorter == open_decoder(getattr(tiny_genai, model)).generate(PROMPT[:3], 4).tokens
+
+
 def test_inference_settings_name_the_decode_loop(tiny_genai: TinyGenai) -> None:
     target = ort()
     session = target.open_session(tiny_genai.fp32)
