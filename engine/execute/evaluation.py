@@ -8,6 +8,7 @@ from typing import Any
 
 from engine import registry
 from engine.core.artifact import ModelArtifact
+from engine.core.errors import inapplicable_reason
 from engine.execute.datasets import Datasets
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult, CandidateState
@@ -63,6 +64,10 @@ def evaluate(
             record, error = measure(spec, reference_model)
             why = None if record is not None else f"evaluation {spec.id} failed: {error}"
         if why is not None:
+            inapplicable = inapplicable_reason(why)
+            if inapplicable is not None:  # a setting the model cannot take: known when the session opened, nothing measured
+                result.state, result.reason = CandidateState.INAPPLICABLE, inapplicable
+                return
             result.state, result.reason = CandidateState.FAILED, why
             return
         assert record is not None

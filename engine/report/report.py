@@ -92,7 +92,7 @@ def _num(value: float | None) -> str:
 
 
 def _state(result: CandidateResult) -> str:
-    """The candidate's state as candidates.json writes it (complete, failed, pruned, pending), a
+    """The candidate's state as candidates.json writes it (complete, failed, pruned, inapplicable, pending), a
     complete one marked chosen or rejected by the selection."""
     state = str(result.state)
     if result.state == "failed":
@@ -184,11 +184,11 @@ def print_summary(report: RunReport) -> None:
         f"evaluations: {stats.evals_run} run ({stats.eval_seconds:.1f} s), {stats.evals_cached} cached · "
         f"datasets: {stats.datasets_run} read, {stats.datasets_cached} cached · wall {report.wall_s:.1f} s"
     )
-    failed = [r for r in report.results if r.state == "failed"]
-    if failed:
-        console.print(f"[red]{len(failed)} candidate(s) failed:[/red]")
-        for result in failed:
-            console.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
+    for state, colour, said in (("failed", "red", "failed"), ("inapplicable", "yellow", "inapplicable (a setting the model cannot take)")):
+        listed = [r for r in report.results if r.state == state]
+        heading = [f"[{colour}]{len(listed)} candidate(s) {said}:[/{colour}]"] if listed else []
+        for line in heading + [f"  {r.candidate.id} ({r.label}): {r.reason}" for r in listed]:
+            console.print(line)
     chosen = report.chosen()
     _print_across_targets(report, chosen, objective, spec.primary.goal)
     for target in report.resolved.targets:

@@ -36,6 +36,35 @@ def providers_to_create(providers: list[str], config_entries: dict[str, str] | N
     return list(providers)
 
 
+#: the provider options that turn a CUDA graph on (CUDA's, TensorRT's)
+GRAPH_OPTIONS = ("enable_cuda_graph", "trt_cuda_graph_enable")
+
+
+def graph_capture_problem(placement: dict[str, int] | None, gpu_ep: str) -> str | None:
+    """Why onnxruntime cannot capture a CUDA graph of a session placed so, or None: it captures
+    one only when every node runs on the GPU provider, and refuses when a node sits on another
+    (the CPU EP, with the Memcpy nodes that moves data to it). None when placement is unknown."""
+    if not placement:
+        return None
+    off = {ep: count for ep, count in placement.items() if ep != gpu_ep and count}
+    if not off:
+        return None
+    where = ", ".join(f"{count} node{'s' if count != 1 else ''} on {ep}" for ep, count in sorted(off.items()))
+    return f"{where} beside {placement.get(gpu_ep, 0)} on {gpu_ep}: onnxruntime captures a CUDA graph only when every node runs on the GPU"
+
+
+def refused_graph_capture(error: BaseException) -> bool:
+    """Whether session creation failed because onnxruntime cannot capture the graph asked for."""
+    return "graph capture" in str(error) or "CUDA Graph" in str(error)
+
+
+def without_graph(provider_options: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """``provider_options`` with the CUDA graph options left out."""
+    if provider_options is None:
+        return None
+    return [{key: value for key, value in options.items() if key not in GRAPH_OPTIONS} for options in provider_options]
+
+
 def refused_cpu_fallback(error: BaseException) -> bool:
     """Whether session creation failed because nodes needed the CPU EP while it was disabled."""
     return "fallback to CPU EP has been explicitly disabled" in str(error)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.errors import KilnError, MissingDependency, TargetUnavailable
+from engine.core.errors import KilnError, MissingDependency, SettingInapplicable, TargetUnavailable
 from engine.core.target import Availability, Target, TensorSpec
 from targets.onnxruntime import binding, eps, placement
 from targets.onnxruntime import tensorrt as trt_cache
@@ -130,7 +130,7 @@ class OnnxRuntimeTarget(Target):
                 f"target '{self.id}' (onnxruntime) runs ONNX models, genai decoder folders and seq2seq folders, got a {model.format} model"
             )
         if model.format == "genai" and self.config.cuda_graph is not None:
-            raise KilnError(
+            raise SettingInapplicable(
                 f"target '{self.id}': {self.config.cuda_graph} is on, but Kiln's decode loop for genai models runs without CUDA graphs "
                 "(the input shapes change every token); turn it off for this target"
             )
@@ -146,6 +146,8 @@ class OnnxRuntimeTarget(Target):
         session, passed = self._create(onnxruntime, model)
         in_use = list(session.get_providers())
         nodes = placement.placement_of(session)
+        if self.config.cuda_graph is not None and (problem := placement.graph_capture_problem(nodes, self.config.providers[0])):
+            raise SettingInapplicable(self._graph_refusal(problem))
         if not self.config.allow_fallback:
             placement.check(self.id, list(self.config.providers), in_use, nodes, self.config.min_ep_coverage)
         inputs = [TensorSpec(arg.name, numpy_dtype_name(arg.type), tensor_shape(arg.shape)) for arg in session.get_inputs()]
@@ -302,12 +304,34 @@ class OnnxRuntimeTarget(Target):
                 return onnxruntime.InferenceSession(path, options), provider_options
             return onnxruntime.InferenceSession(path, options, providers=providers, provider_options=provider_options), provider_options
         except runtime_errors() as error:
+            if self.config.cuda_graph is not None and placement.refused_graph_capture(error):
+                raise SettingInapplicable(
+                    self._graph_refusal(self._placement_without_graph(onnxruntime, path, options, provider_options))
+                ) from error
             if placement.refused_cpu_fallback(error):
                 raise TargetUnavailable(
                     f"target '{self.id}': some nodes can run on none of {', '.join(providers)} and CPU fallback is off "
                     f"(onnxruntime: {runtime_message(error)}); add {CPU} to providers, or {placement.OPT_OUT}"
                 ) from error
             raise KilnError(f"onnxruntime could not load {path}: {type(error).__name__}: {runtime_message(error)}") from error
+
+    def _graph_refusal(self, problem: str | None) -> str:
+        return (
+            f"target '{self.id}': {self.config.cuda_graph} cannot apply to this model ({problem or 'onnxruntime refused graph capture'}); "
+            f"the candidate with {self.config.cuda_graph} off measures it"
+        )
+
+    def _placement_without_graph(
+        self, onnxruntime: Any, path: str, options: Any, provider_options: list[dict[str, Any]] | None
+    ) -> str | None:
+        """Why a graph cannot be captured, from the placement of a session opened without one."""
+        try:
+            session = onnxruntime.InferenceSession(
+                path, options, providers=list(self.config.providers), provider_options=placement.without_graph(provider_options)
+            )
+        except runtime_errors():  # it does not open without a graph either: the refusal says enough
+            return None
+        return placement.graph_capture_problem(placement.placement_of(session), self.config.providers[0])
 
 
 def _add_plugin_devices(onnxruntime: Any, options: Any, providers: list[str], provider_options: list[dict[str, Any]] | None) -> None:
