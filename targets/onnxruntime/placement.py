@@ -41,9 +41,10 @@ GRAPH_OPTIONS = ("enable_cuda_graph", "trt_cuda_graph_enable")
 
 
 def graph_capture_problem(placement: dict[str, int] | None, gpu_ep: str) -> str | None:
-    """Why onnxruntime cannot capture a CUDA graph of a session placed so, or None: it captures
-    one only when every node runs on the GPU provider, and refuses when a node sits on another
-    (the CPU EP, with the Memcpy nodes that moves data to it). None when placement is unknown."""
+    """What keeps a session placed so from a CUDA graph, or None: the nodes off the GPU provider
+    (the CPU EP, with the Memcpy nodes that moves data to it). Read after onnxruntime refused
+    graph capture (it judges which CPU nodes it tolerates: shape computations may stay), from
+    the placement of a session opened without the graph. None when placement is unknown."""
     if not placement:
         return None
     off = {ep: count for ep, count in placement.items() if ep != gpu_ep and count}

@@ -20,6 +20,7 @@ from targets.onnxruntime import tensorrt as trt_cache
 from targets.onnxruntime.config import ALLOW_SPINNING, OPT_LEVELS, TRT_CACHE_PATHS, OnnxRuntimeConfig, default_providers
 from targets.onnxruntime.decoder import DecoderSession
 from targets.onnxruntime.decoder_layout import DecoderLayout
+from targets.onnxruntime.decoder_loop import graph_problem
 from targets.onnxruntime.eps import CPU, CUDA, OPENVINO, TENSORRT
 from targets.onnxruntime.provider_groups import cuda_provider_options, openvino_provider_options
 from targets.onnxruntime.seq2seq import OrtSeq2SeqSession, open_seq2seq
@@ -129,11 +130,6 @@ class OnnxRuntimeTarget(Target):
             raise KilnError(
                 f"target '{self.id}' (onnxruntime) runs ONNX models, genai decoder folders and seq2seq folders, got a {model.format} model"
             )
-        if model.format == "genai" and self.config.cuda_graph is not None:
-            raise SettingInapplicable(
-                f"target '{self.id}': {self.config.cuda_graph} is on, but Kiln's decode loop for genai models runs without CUDA graphs "
-                "(the input shapes change every token); turn it off for this target"
-            )
         availability = self.availability()
         if not availability.ok:
             raise TargetUnavailable(f"target '{self.id}': {availability.reason}")
@@ -146,8 +142,6 @@ class OnnxRuntimeTarget(Target):
         session, passed = self._create(onnxruntime, model)
         in_use = list(session.get_providers())
         nodes = placement.placement_of(session)
-        if self.config.cuda_graph is not None and (problem := placement.graph_capture_problem(nodes, self.config.providers[0])):
-            raise SettingInapplicable(self._graph_refusal(problem))
         if not self.config.allow_fallback:
             placement.check(self.id, list(self.config.providers), in_use, nodes, self.config.min_ep_coverage)
         inputs = [TensorSpec(arg.name, numpy_dtype_name(arg.type), tensor_shape(arg.shape)) for arg in session.get_inputs()]
@@ -170,12 +164,15 @@ class OnnxRuntimeTarget(Target):
         if model.format == "genai":
             layout = DecoderLayout.read(model.path, inputs)
             device, device_id = self._device_of(in_use, passed)
+            graph = self.config.cuda_graph is not None
+            if graph and (why := graph_problem(layout, is_static(inputs, layout))):
+                raise SettingInapplicable(f"target '{self.id}': {self.config.cuda_graph} cannot apply to this decoder: {why}")
             if is_static(inputs, layout):  # a static_llm folder: prefill model.onnx, token generation decode.onnx
                 decode = Path(model.path) / DECODE_FILE
                 token = self._create(onnxruntime, model, decode)[0] if decode.is_file() else None
                 return StaticDecoderSession(session, token, inputs, outputs, details, layout, device, device_id)
             # the decode loop binds unless io_binding is false (the naive loop, for comparison)
-            return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id)
+            return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id, graph)
         plan = self._binding_plan(in_use, passed, outputs)
         if plan is not None:
             details["io_binding_device"] = f"{plan.device}:{plan.device_id}" if plan.device != "cpu" else "cpu"
