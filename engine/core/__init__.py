@@ -15,6 +15,7 @@ from engine.core.errors import (
     MissingDependency,
     PassError,
     Problem,
+    SettingInapplicable,
     TargetUnavailable,
 )
 from engine.core.evaluator import EvalContext, Evaluator, EvaluatorConfig, MetricResult
@@ -61,6 +62,7 @@ __all__ = [
     "Sampler",
     "Seq2SeqSession",
     "Session",
+    "SettingInapplicable",
     "StrictConfig",
     "Target",
     "TargetConfig",

@@ -82,3 +82,22 @@ class EvaluationError(KilnError):
 
 class TargetUnavailable(KilnError):
     """A target's runtime or device is not usable on this machine."""
+
+
+#: how a ``SettingInapplicable`` message starts: the engine finds it in an evaluation's error text,
+#: which is all that crosses a worker's boundary
+INAPPLICABLE = "inapplicable setting: "
+
+
+class SettingInapplicable(KilnError):
+    """A searched session setting cannot apply to this model on this target (a CUDA graph for a
+    model with nodes off the GPU): the candidate is inapplicable, not failed, and is not measured."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{INAPPLICABLE}{reason}")
+
+
+def inapplicable_reason(error: str | None) -> str | None:
+    """The reason of a ``SettingInapplicable`` found in ``error`` (a job's error text), or None."""
+    index = (error or "").find(INAPPLICABLE)
+    return None if error is None or index < 0 else error[index + len(INAPPLICABLE) :].strip()

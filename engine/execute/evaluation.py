@@ -8,6 +8,7 @@ from typing import Any
 
 from engine import registry
 from engine.core.artifact import ModelArtifact
+from engine.core.errors import inapplicable_reason
 from engine.execute.datasets import Datasets
 from engine.execute.stages import measure_staged
 from engine.plan.jobs import EvalSpec
@@ -65,6 +66,10 @@ def evaluate(
             record, error = measure_staged(resolved, spec, result, reference, reference_model, measure)
             why = None if record is not None else f"evaluation {spec.id} failed: {error}"
         if why is not None:
+            inapplicable = inapplicable_reason(why)
+            if inapplicable is not None:  # a setting the model cannot take: known when the session opened, nothing measured
+                result.state, result.reason = CandidateState.INAPPLICABLE, inapplicable
+                return
             result.state, result.reason = CandidateState.FAILED, why
             return
         assert record is not None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.artifact import ModelArtifact
+from engine.core.loadable import onnx_load_problem
 from engine.execute.datasets import Datasets, input_artifact
 from engine.execute.evaluation import candidate_evaluations, evaluate
 from engine.execute.executor import LocalExecutor
@@ -32,7 +33,6 @@ from engine.plan.jobs import EvalSpec, Key, PassSpec, WorkOrder, target_environm
 from engine.plan.planner import Candidate, Plan
 from engine.select.results import CandidateResult, CandidateState, JobState, JobStatus, RunReport, Stats
 from engine.store.store import Store
-from engine.workflow.loadable import onnx_load_problem
 from engine.workflow.resolve import ResolvedWorkflow
 
 
@@ -270,10 +270,10 @@ class Runner:
         return model, None
 
     def _unloadable(self, model: ModelArtifact | None) -> str | None:
-        """Why no runtime could load ``model`` (engine.workflow.loadable: the ONNX checker on its path,
+        """Why no runtime could load ``model`` (engine.core.loadable: the ONNX checker on its path,
         its external data files, its ops' domains), checked once per stored model; None when it
-        can be loaded or is not ONNX."""
-        if model is None or model.format != "onnx":
+        can be loaded or is not ONNX (a ``genai`` folder's model.onnx is)."""
+        if model is None or model.format not in ("onnx", "genai"):
             return None
         with self._lock:
             if model.digest in self._loadable:

@@ -26,12 +26,16 @@ def steps(facts: ModelFacts, choice: Choice) -> Pipeline:
 def _decoder(choice: Choice) -> Pipeline:
     """A causal LM with its key/value cache, built by ONNX Runtime GenAI's model builder."""
     pipeline = Pipeline()
+    # for CUDA the builder's FP32 decoder does not open (its Attention writes no present key/values)
+    # and its FP32 GroupQueryAttention has no CUDA kernel: genai_build refuses it; FP16 is the reference
+    cuda = choice.provider in ("cuda", "tensorrt")
+    reference = "fp16" if cuda else "fp32"
     export = pipeline.add(
-        "the FP32 decoder with its key/value cache (GenAI's model builder): the reference",
+        f"the {reference.upper()} decoder with its key/value cache (GenAI's model builder): the reference",
         "export",
         "genai_build",
         None,
-        config={"precision": "fp32"},
+        config={"precision": reference},
     )
     if choice.precision in ("int4", "int8"):
         bits = 4 if choice.precision == "int4" else 8
@@ -43,14 +47,15 @@ def _decoder(choice: Choice) -> Pipeline:
             config={"precision": choice.precision},
             search={"block_size": [32, 128]},
         )
-        pipeline.add(
-            f"Kiln's {bits}-bit weights (MatMulNBits, round to nearest, int8 activations in the dot products) on the FP32 export",
-            "weights",
-            "int4_weights",
-            export,
-            config={"algorithm": "rtn", "bits": bits, "block_size": 32, "accuracy_level": 4},
-        )
-    elif choice.precision == "fp16":
+        if not cuda:  # on the FP32 export (for CUDA the builder's own weights are the INT4 / INT8 candidates)
+            pipeline.add(
+                f"Kiln's {bits}-bit weights (MatMulNBits, round to nearest, int8 activations in the dot products) on the FP32 export",
+                "weights",
+                "int4_weights",
+                export,
+                config={"algorithm": "rtn", "bits": bits, "block_size": 32, "accuracy_level": 4},
+            )
+    elif choice.precision == "fp16" and not cuda:
         pipeline.add("the builder's FP16 model", "fp16", "genai_build", None, config={"precision": "fp16"})
     return pipeline
 

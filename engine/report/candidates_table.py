@@ -25,7 +25,7 @@ def _first_line(text: str | None) -> str:
 
 
 def _state(result: CandidateResult) -> str:
-    """The candidate's state as candidates.json writes it (complete, failed, pruned, pending), a
+    """The candidate's state as candidates.json writes it (complete, failed, pruned, inapplicable, pending), a
     complete one marked chosen or rejected by the selection."""
     state = str(result.state)
     if result.state == "failed":

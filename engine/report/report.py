@@ -117,11 +117,11 @@ def print_summary(report: RunReport) -> None:
         f"evaluations: {stats.evals_run} run ({stats.eval_seconds:.1f} s), {stats.evals_cached} cached · "
         f"datasets: {stats.datasets_run} read, {stats.datasets_cached} cached · wall {report.wall_s:.1f} s"
     )
-    failed = [r for r in report.results if r.state == "failed"]
-    if failed:
-        out.print(f"[red]{len(failed)} candidate(s) failed:[/red]")
-        for result in failed:
-            out.print(f"  {result.candidate.id} ({result.label}): {result.reason}")
+    for state, colour, said in (("failed", "red", "failed"), ("inapplicable", "yellow", "inapplicable (a setting the model cannot take)")):
+        listed = [r for r in report.results if r.state == state]
+        heading = [f"[{colour}]{len(listed)} candidate(s) {said}:[/{colour}]"] if listed else []
+        for line in heading + [f"  {r.candidate.id} ({r.label}): {r.reason}" for r in listed]:
+            out.print(line)
     chosen = report.chosen()
     _print_across_targets(out, report, chosen, objective, spec.primary.goal)
     for target in report.resolved.targets:

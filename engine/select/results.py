@@ -32,6 +32,9 @@ class CandidateState(StrEnum):
     COMPLETE = "complete"
     FAILED = "failed"
     PRUNED = "pruned"
+    #: a searched session setting cannot apply to the model on its target (engine.core.errors.
+    #: SettingInapplicable): not tried, not a failure of the run; a sampler is told PRUNED
+    INAPPLICABLE = "inapplicable"
 
 
 @dataclass

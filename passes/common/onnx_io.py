@@ -79,14 +79,20 @@ def save_onnx(model: onnx.ModelProto, out_dir: Path) -> Path:
 
 
 def check_onnx(path: Path, checker: bool = True) -> None:
-    """Raise ValueError unless ``path`` passes ``onnx.checker`` and fits onnxruntime's limits.
-    ``checker=False`` skips onnx.checker: a ``genai`` decoder holds onnxruntime's own ops in the
-    default domain (SimplifiedLayerNormalization, written by ONNX Runtime GenAI's model builder),
-    which onnx.checker refuses although onnxruntime runs them."""
+    """Raise ValueError unless ``path`` passes the loadability check candidates get
+    (``engine.core.loadable.onnx_load_problem``: onnx.checker, its external data files, its op
+    domains, every graph output produced by a node) and fits onnxruntime's limits. A ``genai``
+    decoder holds onnxruntime's own ops in the default domain (SimplifiedLayerNormalization,
+    written by ONNX Runtime GenAI's model builder): the check judges those as onnxruntime's.
+    ``checker=False`` skips the loadability check (only the limits are checked)."""
     import onnx
 
+    from engine.core.loadable import onnx_load_problem
+
     if checker:
-        onnx.checker.check_model(str(path))
+        problem = onnx_load_problem(Path(path))
+        if problem is not None:
+            raise ValueError(f"{Path(path).name} is not a model onnxruntime can load: {problem}")
     model = onnx.load(str(path), load_external_data=False)
     max_ir, max_opset = ort_limits()
     if model.ir_version > max_ir:
@@ -97,8 +103,9 @@ def check_onnx(path: Path, checker: bool = True) -> None:
 
 
 class OnnxPass(Pass):
-    """Base of passes that write ONNX: the output is checked with onnx.checker and the runtime's
-    IR / opset limits before it is accepted."""
+    """Base of passes that write ONNX (or a ``genai`` / ``seq2seq`` folder of ONNX files): the
+    output gets the loadability check candidates get (``check_onnx``) and the runtime's IR / opset
+    limits before it is accepted, so a pass never reports success for a model no runtime opens."""
 
     produces = "onnx"
 
@@ -108,7 +115,7 @@ class OnnxPass(Pass):
             for name in seq2seq_parts(result.model.path):
                 check_onnx(Path(result.model.path) / name)
             return
-        check_onnx(result.model.model_file, checker=result.model.format != "genai")
+        check_onnx(result.model.model_file)
 
 
 #: an encoder-decoder folder (``passes.common.seq2seq_folder``): seq2seq.json names its two parts

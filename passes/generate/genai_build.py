@@ -29,7 +29,13 @@ types; null takes it from the target: ``cuda`` for an onnxruntime target on a CU
 TensorRT) GPU or an onnxruntime-genai target with device cuda, else ``cpu`` (whose job keys
 name no target). fp16 and bf16 on ``cpu`` are refused: the builder writes them, but ONNX
 Runtime's CPU provider cannot run the result (GroupQueryAttention has no float16 CPU kernel,
-the inserted casts fail at run time).
+the inserted casts fail at run time). fp32 on ``cuda`` is refused too: ONNX Runtime GenAI 0.18's
+builder writes it with packed ``Attention`` nodes that produce no present key/values, a graph
+onnxruntime refuses to open ("Graph output (present.0.key) does not exist in the graph"), and its
+CPU graph is no way round: its fp32 GroupQueryAttention has no CUDA kernel (the builder itself
+allows GroupQueryAttention on CUDA in fp16 and bf16 only), so it would run on the CPU. fp16 is the
+GPU reference. Whatever the builder writes gets the loadability check candidates get before the
+pass reports success (``GenaiPass.check_output``).
 """
 
 from __future__ import annotations
@@ -150,11 +156,7 @@ class GenaiBuild(GenaiPass):
     def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
         cfg = self.config
         provider = cfg.execution_provider or "cpu"
-        if provider == "cpu" and cfg.precision in ("fp16", "bf16"):
-            raise ValueError(
-                f"precision {cfg.precision} is not built for the cpu execution provider: ONNX Runtime's CPU kernels cannot run it "
-                "(no float16 GroupQueryAttention); use fp32, int8 or int4 on a CPU, or a GPU target / execution_provider cuda"
-            )
+        self._refuse_unbuildable(provider)
         workdir = Path(ctx.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         source, notes = hf_input(model, ctx, self.name)
@@ -206,6 +208,22 @@ class GenaiBuild(GenaiPass):
         }
         attrs = {"inputs": facts["inputs"], "outputs": facts["outputs"], **({"tokenizer": str(out)} if tokenizer else {})}
         return PassResult(model=ModelArtifact.from_folder("genai", out, attrs=attrs), details=details, notes=notes)
+
+    def _refuse_unbuildable(self, provider: str) -> None:
+        """Raise for a precision the builder writes for ``provider`` but onnxruntime cannot run there."""
+        cfg = self.config
+        if provider == "cpu" and cfg.precision in ("fp16", "bf16"):
+            raise ValueError(
+                f"precision {cfg.precision} is not built for the cpu execution provider: ONNX Runtime's CPU kernels cannot run it "
+                "(no float16 GroupQueryAttention); use fp32, int8 or int4 on a CPU, or a GPU target / execution_provider cuda"
+            )
+        if provider == "cuda" and cfg.precision == "fp32":
+            raise ValueError(
+                "precision fp32 is not built for the cuda execution provider: ONNX Runtime GenAI's model builder writes an fp32 CUDA "
+                "decoder whose Attention nodes produce no present key/values, which onnxruntime refuses to open ('Graph output "
+                "(present.0.key) does not exist in the graph'), and its fp32 CPU graph's GroupQueryAttention has no CUDA kernel; "
+                "use precision fp16 (the GPU reference) or bf16, int8 or int4 for a GPU target"
+            )
 
     def _extra_options(self) -> list[str]:
         """The builder's KEY=VALUE extra options for this config (offline: no Hugging Face token)."""

@@ -253,6 +253,57 @@ def clamp_activation_ranges(model: onnx.ModelProto, ranges: TensorsData) -> list
     return sorted(changed)
 
 
+#: a calibrated range reaching this magnitude marks a tensor 8-bit levels cannot resolve: an
+#: attention mask's fill value (torch.finfo(float32).min in transformers' eager attention, -10000 in
+#: older exports) and the scores it is added to. At 1e4 a level of int8 is 79 wide, so every
+#: ordinary activation (|x| < 10) rounds to 0: quantizing the mask Add of an unfused MiniLM export
+#: (scale 2.7e36) made attention uniform and its embeddings' cosine to FP32 0.36.
+UNQUANTIZABLE_RANGE = 1e4
+
+
+def unquantizable_nodes(model: onnx.ModelProto, ranges: TensorsData) -> dict[str, list[str]]:
+    """Nodes to leave in float, so that the tensors 8-bit levels cannot resolve stay in float (a
+    quantized node puts QuantizeLinear on its inputs and outputs), with a note when there are any:
+
+    - ``tensors``: those whose calibrated range reaches ``UNQUANTIZABLE_RANGE`` (an attention
+      mask's fill value, the scores it is added to), their producers and consumers in ``nodes``;
+    - ``residual``: the Add feeding each LayerNormalization (the residual stream, whose few
+      outlier channels, ±200 in MiniLM, set a scale that rounds the other channels to 0) and the
+      LayerNormalization itself. A fused model (SkipLayerNormalization) never quantizes them.
+    """
+    extreme = set()
+    for name, data in ranges.items():
+        bounds = [np.asarray(getattr(data, side), dtype=np.float64) for side in ("lowest", "highest") if hasattr(data, side)]
+        if any(bound.size and float(np.max(np.abs(bound))) >= UNQUANTIZABLE_RANGE for bound in bounds):
+            extreme.add(name)
+    nodes = {node.name for node in model.graph.node if node.name and extreme & {*node.input, *node.output}}
+    producers = {output: node for node in model.graph.node for output in node.output}
+    residual = set()
+    for node in model.graph.node:
+        if node.op_type == "LayerNormalization" and node.name:
+            residual.add(node.name)
+            feeding = producers.get(node.input[0])
+            if feeding is not None and feeding.op_type == "Add" and feeding.name:
+                residual.add(feeding.name)
+    return {"tensors": sorted(extreme), "nodes": sorted(nodes | residual), "residual": sorted(residual)}
+
+
+def unquantizable_notes(found: dict[str, list[str]]) -> list[str]:
+    """What a report says about the nodes ``unquantizable_nodes`` found."""
+    notes = []
+    around = len(set(found["nodes"]) - set(found["residual"]))
+    if around:
+        notes.append(
+            f"{around} node(s) left in float around {len(found['tensors'])} tensor(s) whose calibrated range reaches "
+            f"{UNQUANTIZABLE_RANGE:g} (an attention mask's fill value, or scores it is added to), which 8-bit levels cannot resolve"
+        )
+    if found["residual"]:
+        notes.append(
+            f"{len(found['residual'])} LayerNormalization node(s) and the residual Adds feeding them left in float (outlier channels)"
+        )
+    return notes
+
+
 # --------------------------------------------------------------------------- the cache
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.core import Categorical, KilnError, ModelArtifact, PassContext, PassResult
 from passes.common.library_logs import LibraryMessage, capture_library_logs, distinct
@@ -93,7 +93,9 @@ class OrtQuantize(OnnxPass):
     summary = (
         "INT8 quantization with onnxruntime.quantization (dynamic: activations at run time; static: activations calibrated on a dataset)"
     )
-    version = "1"
+    version = "2"
+    #: leave in float the nodes around tensors 8-bit levels cannot resolve (calibration.unquantizable_nodes)
+    float_unresolvable: ClassVar[bool] = True
     accepts = ("onnx", "seq2seq")
     produces = "onnx"
     keeps = ("seq2seq",)  # an encoder and a decoder with past: each quantized (passes.quantize._parts)
@@ -215,7 +217,13 @@ class OrtQuantize(OnnxPass):
             ranges_file, calibration = _calibrate(cfg, model, ctx, to_quantize, before, preprocess_state, feed, op_types, large, notes)
             timings["calibrate"] = round(time.perf_counter() - started, 3)
             started = time.perf_counter()
-            run_quantize_static(cfg, to_quantize, quantized_file, ranges_file, op_types, *nodes, large)
+            from passes.quantize.calibration import unquantizable_notes
+
+            found, excluded = calibration.pop("unquantizable"), nodes[1]
+            if self.float_unresolvable:  # ort_quantize_accuracy finds what to keep in float itself
+                calibration["unquantizable"], excluded = found, sorted({*excluded, *found["nodes"]})
+                notes += unquantizable_notes(found)
+            run_quantize_static(cfg, to_quantize, quantized_file, ranges_file, op_types, nodes[0], excluded, large)
         else:
             started = time.perf_counter()
             run_quantize_dynamic(cfg, to_quantize, quantized_file, op_types, *nodes, large)
@@ -260,12 +268,7 @@ def _calibrate(
 ) -> tuple[Path, dict[str, Any]]:
     """The activation ranges for ``to_quantize`` (cached or computed), written to the workdir in
     onnxruntime's calibration cache format; and what the calibration details say about them."""
-    from passes.quantize.calibration import (
-        clamp_activation_ranges,
-        compute_ranges,
-        ranges_for,
-        store_ranges,
-    )
+    from passes.quantize.calibration import clamp_activation_ranges, compute_ranges, ranges_for, store_ranges, unquantizable_nodes
 
     method = cfg.calibration_method
     assert method is not None
@@ -297,6 +300,7 @@ def _calibrate(
         "batch_size": cfg.calibration_batch_size,
         "tensors": len(lookup.ranges.data),
         "clamped_ranges": clamped,
+        "unquantizable": unquantizable_nodes(graph, lookup.ranges),  # an attention mask's fill value, the residual stream
         "ignored_inputs": feed.ignored_inputs,
         "casts": feed.casts,
         "seconds": lookup.seconds,

@@ -244,7 +244,7 @@ class OrtQuantizeAccuracy(OnnxPass):
             )
             Path(sub.workdir).mkdir(parents=True, exist_ok=True)
             options = cfg.quantize_options(excluded).model_copy(update=override)
-            return OrtQuantize(options).run(float_model, sub)
+            return _Quantize(options).run(float_model, sub)
 
         return quantize
 
@@ -387,3 +387,10 @@ def _next_op_type(
         if nodes:
             return nodes, op_type
     return [], None
+
+
+class _Quantize(OrtQuantize):
+    """ort_quantize as this pass runs it: what to keep in float is this pass's search (the nodes
+    around a mask's fill value included), not ort_quantize's fixed rule."""
+
+    float_unresolvable = False

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import KilnError
 from engine.core.target import Generation, GenerativeSession, TensorSpec
 from targets.onnxruntime.decoder_layout import DecoderLayout
+from targets.onnxruntime.decoder_loop import SharedLoop
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,19 +54,31 @@ class DecoderSession(GenerativeSession):
         bound: bool,
         device: str = "cpu",
         device_id: int = 0,
+        graph: bool = False,
     ) -> None:
         super().__init__(inputs=inputs, outputs=outputs, details=details)
         self._session = session
         self.layout = layout
         self.bound = bound
         self.device, self.device_id = device, device_id
+        #: on the CPU the shared-buffer loop binds numpy arrays that onnxruntime reads and writes in
+        #: place; False binds OrtValues and reads the logits back as on a device (the device's code
+        #: path, run on a CPU by the tests)
+        self.host_arrays = device == "cpu"
+        #: the shared-buffer loop's decode step runs as a CUDA graph (run option gpu_graph_id 1; the
+        #: prefill, whose shapes vary, never is), which needs the static mask (decoder_loop)
+        self.graph = graph
+        #: the step's mask is one [1, capacity] buffer updated in place; on a CPU settable alone
+        self.static_mask = graph
         self.host_bytes = 0
         self.last_cache: dict[str, Any] = {}
-        self._loop: _SharedLoop | None = None
+        self._loop: SharedLoop | None = None
         self._vocab_size: int | None = None
         self.details["io_binding"] = ("device" if device != "cpu" else "host") if bound else "off"
         self.details["decode_loop"] = "bound" if bound else "naive"
         self.details["kv_cache"] = "shared past/present buffer" if bound and layout.share_buffer else "concat (present fed back as past)"
+        if graph:
+            self.details["cuda_graph"] = {"decode_step": True, "note": "the decode step replayed as one CUDA graph, on a static mask"}
 
     def _live(self) -> Any:
         if self._session is None:
@@ -182,7 +194,7 @@ class DecoderSession(GenerativeSession):
         ids, past = prompt, 0
         for _ in range(n):
             start = time.perf_counter()
-            binding = self._binding(ids, past, cache)
+            binding, _feeds = self._binding(ids, past, cache)  # the feeds alive until the run
             binding.bind_output(layout.logits, device, device_id)
             for name in layout.presents:
                 binding.bind_output(name, device, device_id)
@@ -202,14 +214,14 @@ class DecoderSession(GenerativeSession):
         self.last_cache = cache
         return Generation(tokens=tokens, prefill_s=times[0], decode_s=times[1:])
 
-    def _shared_loop(self, length: int, vocab: int) -> _SharedLoop:
+    def _shared_loop(self, length: int, vocab: int) -> SharedLoop:
         """The shared-buffer loop's state for generations of up to ``length`` tokens, made once and
         reused by every generation that fits (remade, larger, when one does not)."""
         loop = self._loop
         if loop is not None and loop.length >= length:
             return loop
         self._loop = None  # the old buffers go before the larger ones come
-        self._loop = _SharedLoop.make(self, length, vocab)
+        self._loop = SharedLoop.make(self, length, vocab)
         return self._loop
 
     def _bound_shared(self, prompt: list[int], n: int, length: int) -> Generation:
@@ -228,23 +240,33 @@ class DecoderSession(GenerativeSession):
         times: list[float] = []
         start = time.perf_counter()
         feeds = self._step_feeds(prompt, 0)  # alive until the run: bound on the CPU without a copy
+        kept = []  # the prefill's OrtValues, alive until it has run
         for name, array in feeds.items():
-            if self.device == "cpu":
+            if self.host_arrays:
                 loop.prefill.bind_cpu_input(name, array)
             else:
-                loop.prefill.bind_ortvalue_input(name, self._device_value(array))
-        host = loop.prefill_logits(self, len(prompt))
-        self._run_bound(loop.prefill)
-        host = host if host is not None else loop.prefill.get_outputs()[0].numpy()
+                kept.append(self._device_value(array))
+                loop.prefill.bind_ortvalue_input(name, kept[-1])
+        logits = loop.prefill_logits(self, len(prompt))
+        loop.start(len(prompt))
+        self._run_bound(loop.prefill, self._graph_options("-1"))  # never captured: its shapes vary
+        # read by name, never by position: get_outputs() lists the outputs in the order they were
+        # bound, the presents first (bound once with the buffers), so [0] is present.0.key
+        host = logits if isinstance(logits, np.ndarray) else logits.numpy()
+        del kept
         tokens = [int(np.argmax(host[0, -1]))]
         times.append(time.perf_counter() - start)
         self.host_bytes += host.shape[1] * vocab * host.itemsize
         ids_dtype = np.dtype(layout.ids_dtype)
+        step_options = self._graph_options("1")
         for past in range(len(prompt), len(prompt) + n - 1):
             start = time.perf_counter()
             loop.token.update_inplace(np.asarray([[tokens[-1]]], dtype=ids_dtype))
-            self._bind_positions(loop.step, past)
-            self._run_bound(loop.step)
+            if loop.mask is not None:
+                loop.advance(past)
+            else:
+                loop.step_feeds = self._bind_positions(loop.step, past)  # kept alive until the next step binds its own
+            self._run_bound(loop.step, step_options)
             last = loop.step_host if loop.step_host is not None else loop.step_logits.numpy()
             tokens.append(int(np.argmax(last[0, -1])))
             times.append(time.perf_counter() - start)
@@ -266,29 +288,43 @@ class DecoderSession(GenerativeSession):
 
         return onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id)
 
-    def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> Any:
-        """A binding with this step's feeds (ids, mask, positions) and the cache as past."""
-        import onnxruntime
-
+    def _binding(self, ids: Sequence[int], past: int, cache: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """A binding with this step's feeds (ids, mask, positions) and the cache as past, and the
+        feeds' OrtValues, which the caller keeps alive until the run."""
         binding = self._live().io_binding()
+        values = []
         for name, array in self._step_feeds(ids, past).items():
-            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+            values.append(self._device_value(array))
+            binding.bind_ortvalue_input(name, values[-1])
         for name, value in cache.items():
             binding.bind_ortvalue_input(name, value)
-        return binding
+        return binding, values
 
-    def _bind_positions(self, binding: Any, past: int) -> None:
-        """The attention mask (and positions) of a one-token step after ``past`` tokens."""
+    def _bind_positions(self, binding: Any, past: int) -> list[Any]:
+        """Bind the attention mask (and positions) of a one-token step after ``past`` tokens; the
+        OrtValues bound, which the caller keeps alive until the run (on the CPU an OrtValue made
+        from a numpy array reads that array's memory, which goes with the Python object)."""
+        values = []
+        for name, array in self._span_feeds(past, 1).items():
+            values.append(self._device_value(array))
+            binding.bind_ortvalue_input(name, values[-1])
+        return values
+
+    def _graph_options(self, graph_id: str) -> Any:
+        """Run options naming the CUDA graph a run is (``-1``: none), when the step runs as one."""
+        if not self.graph:
+            return None
         import onnxruntime
 
-        for name, array in self._span_feeds(past, 1).items():
-            binding.bind_ortvalue_input(name, onnxruntime.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id))
+        options = onnxruntime.RunOptions()
+        options.add_run_config_entry("gpu_graph_id", graph_id)
+        return options
 
-    def _run_bound(self, binding: Any) -> None:
+    def _run_bound(self, binding: Any, options: Any = None) -> None:
         from targets.onnxruntime.session import runtime_errors, runtime_message
 
         try:
-            self._live().run_with_iobinding(binding)
+            self._live().run_with_iobinding(binding, options)
         except runtime_errors() as error:
             raise KilnError(
                 f"onnxruntime failed to run the decoder with I/O binding: {type(error).__name__}: {runtime_message(error)}"
@@ -304,63 +340,3 @@ class DecoderSession(GenerativeSession):
         self._session = None
         self.last_cache = {}
         self._loop = None
-
-
-@dataclass
-class _SharedLoop:
-    """What the shared-buffer loop keeps between generations: the past/present buffers
-    (``[1, kv_heads, length, head_size]`` each; the attention mask, not the buffer, says how much
-    is valid), the prefill's and the decode step's bindings with those buffers bound, the step's
-    token and logits. Made fresh per generation, the buffers' first touch (page faults on newly
-    mapped memory) and the binding calls landed inside the timed prefill. On the CPU the logits
-    are bound to numpy arrays kept here (``*_host``), which onnxruntime writes in place."""
-
-    length: int
-    cache: dict[str, Any]
-    prefill: Any
-    step: Any
-    token: Any
-    step_logits: Any
-    step_host: np.ndarray | None
-    prefill_host: np.ndarray | None
-
-    @classmethod
-    def make(cls, session: DecoderSession, length: int, vocab: int) -> _SharedLoop:
-        import numpy as np
-        import onnxruntime
-
-        layout, device, device_id = session.layout, session.device, session.device_id
-        shape = (1, layout.kv_heads, layout.capacity(length), layout.head_size)
-        on_host = device == "cpu"
-        cache = {
-            name: onnxruntime.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(layout.cache_dtype), device, device_id)
-            for name in layout.pasts
-        }
-        live = session._live()
-        prefill, step = live.io_binding(), live.io_binding()
-        for binding in (prefill, step):
-            for past_name, present_name in zip(layout.pasts, layout.presents, strict=True):
-                binding.bind_ortvalue_input(past_name, cache[past_name])
-                binding.bind_ortvalue_output(present_name, cache[past_name])
-        token = session._device_value(np.zeros((1, 1), dtype=layout.ids_dtype))
-        step.bind_ortvalue_input(layout.input_ids, token)
-        logits_dtype = np.dtype(session._spec(layout.logits).dtype)
-        step_host = np.zeros((1, 1, vocab), dtype=logits_dtype) if on_host else None
-        if step_host is not None:
-            step_logits = session._device_value(step_host)
-        else:
-            step_logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type((1, 1, vocab), logits_dtype, device, device_id)
-        step.bind_ortvalue_output(layout.logits, step_logits)
-        prefill_host = np.zeros((1, length, vocab), dtype=logits_dtype) if on_host else None
-        return cls(length, cache, prefill, step, token, step_logits, step_host, prefill_host)
-
-    def prefill_logits(self, session: DecoderSession, count: int) -> np.ndarray | None:
-        """Bind the prefill's logits output for a prompt of ``count`` tokens: on the CPU a view of
-        the kept array (returned; onnxruntime writes it), elsewhere on the device (None: read
-        after the run)."""
-        if self.prefill_host is None:
-            self.prefill.bind_output(session.layout.logits, session.device, session.device_id)
-            return None
-        view = self.prefill_host[:, :count, :]  # C-contiguous: batch 1, leading positions
-        self.prefill.bind_ortvalue_output(session.layout.logits, session._device_value(view))
-        return view

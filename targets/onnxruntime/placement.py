@@ -26,6 +26,46 @@ def prepare(options: Any, providers: list[str], allow_fallback: bool) -> None:
         options.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
 
 
+def providers_to_create(providers: list[str], config_entries: dict[str, str] | None) -> list[str]:
+    """The providers to create a session with, from those a session reports in use: onnxruntime
+    lists the CPU EP in ``get_providers()`` even when fallback to it is disabled, and refuses a
+    session that names it while disabling it ("Conflicting session configuration: explicitly
+    added the CPU EP to the session, but also disabled fallback to the CPU EP")."""
+    if (config_entries or {}).get(DISABLE_CPU_FALLBACK) == "1":
+        return [name for name in providers if name != "CPUExecutionProvider"] or list(providers)
+    return list(providers)
+
+
+#: the provider options that turn a CUDA graph on (CUDA's, TensorRT's)
+GRAPH_OPTIONS = ("enable_cuda_graph", "trt_cuda_graph_enable")
+
+
+def graph_capture_problem(placement: dict[str, int] | None, gpu_ep: str) -> str | None:
+    """What keeps a session placed so from a CUDA graph, or None: the nodes off the GPU provider
+    (the CPU EP, with the Memcpy nodes that moves data to it). Read after onnxruntime refused
+    graph capture (it judges which CPU nodes it tolerates: shape computations may stay), from
+    the placement of a session opened without the graph. None when placement is unknown."""
+    if not placement:
+        return None
+    off = {ep: count for ep, count in placement.items() if ep != gpu_ep and count}
+    if not off:
+        return None
+    where = ", ".join(f"{count} node{'s' if count != 1 else ''} on {ep}" for ep, count in sorted(off.items()))
+    return f"{where} beside {placement.get(gpu_ep, 0)} on {gpu_ep}: onnxruntime captures a CUDA graph only when every node runs on the GPU"
+
+
+def refused_graph_capture(error: BaseException) -> bool:
+    """Whether session creation failed because onnxruntime cannot capture the graph asked for."""
+    return "graph capture" in str(error) or "CUDA Graph" in str(error)
+
+
+def without_graph(provider_options: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """``provider_options`` with the CUDA graph options left out."""
+    if provider_options is None:
+        return None
+    return [{key: value for key, value in options.items() if key not in GRAPH_OPTIONS} for options in provider_options]
+
+
 def refused_cpu_fallback(error: BaseException) -> bool:
     """Whether session creation failed because nodes needed the CPU EP while it was disabled."""
     return "fallback to CPU EP has been explicitly disabled" in str(error)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from targets.onnxruntime.eps import CPU
+from targets.onnxruntime.placement import providers_to_create
 
 
 def ort_snippet(settings: dict[str, Any], model_path: str) -> str:
@@ -24,8 +25,10 @@ def ort_snippet(settings: dict[str, Any], model_path: str) -> str:
             lines.append(f"options.{name} = False")
     for key, value in (options.get("config_entries") or {}).items():
         lines.append(f"options.add_session_config_entry({key!r}, {str(value)!r})")
-    providers = list(settings.get("providers") or [CPU])
-    provider_options = list(settings.get("provider_options") or [{} for _ in providers])
+    recorded = list(settings.get("providers") or [CPU])
+    providers = providers_to_create(recorded, options.get("config_entries"))
+    given = list(settings.get("provider_options") or [{} for _ in recorded])
+    provider_options = [given[recorded.index(name)] for name in providers]
     if settings.get("store_paths"):
         lines.append(f"# {', '.join(settings['store_paths'])}: folders in Kiln's store; point them at your own")
     lines += [
@@ -67,10 +70,15 @@ def _binding_lines(device: str, graph: bool) -> list[str]:
         "",
         f"# I/O binding on {device}: inputs copied there once per shape and updated in place, outputs reused",
         *(["# static shapes: a CUDA graph is captured per input shape (run option gpu_graph_id)"] if graph else []),
+        "# run(feeds) returns the bound output OrtValues where they are (no copy: as Kiln measured it); the next run",
+        "# of the same input shapes overwrites them. run(feeds, returns='torch'): torch tensors sharing them (DLPack);",
+        "# run(feeds, returns='numpy'): copies in host memory.",
         "bindings = {}",
         "",
         "",
-        "def run(feeds):",
+        "def run(feeds, returns='ortvalue'):",
+        "    if returns not in ('ortvalue', 'torch', 'numpy'):",
+        "        raise ValueError(f\"returns must be 'ortvalue', 'torch' or 'numpy', got {returns!r}\")",
         "    key = tuple(sorted((name, array.shape) for name, array in feeds.items()))",
         "    if key not in bindings:",
         "        binding = session.io_binding()",
@@ -96,5 +104,11 @@ def _binding_lines(device: str, graph: bool) -> list[str]:
         "            bindings[key][1][n].update_inplace(array)",
         "    binding, _, outputs, run_options = bindings[key]",
         "    session.run_with_iobinding(binding, run_options)",
-        "    return [value.numpy().copy() for value in outputs]",
+        "    if returns == 'numpy':",
+        "        return [value.numpy().copy() for value in outputs]",
+        "    if returns == 'torch':",
+        "        import torch",
+        "",
+        "        return [torch.from_dlpack(value) for value in outputs]",
+        "    return list(outputs)",
     ]

@@ -13,13 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.errors import KilnError, MissingDependency, TargetUnavailable
+from engine.core.errors import KilnError, MissingDependency, SettingInapplicable, TargetUnavailable
 from engine.core.target import Availability, Target, TensorSpec
 from targets.onnxruntime import binding, eps, placement
 from targets.onnxruntime import tensorrt as trt_cache
 from targets.onnxruntime.config import ALLOW_SPINNING, OPT_LEVELS, TRT_CACHE_PATHS, OnnxRuntimeConfig, default_providers
 from targets.onnxruntime.decoder import DecoderSession
 from targets.onnxruntime.decoder_layout import DecoderLayout
+from targets.onnxruntime.decoder_loop import graph_problem
 from targets.onnxruntime.eps import CPU, CUDA, OPENVINO, TENSORRT
 from targets.onnxruntime.provider_groups import cuda_provider_options, openvino_provider_options
 from targets.onnxruntime.seq2seq import OrtSeq2SeqSession, open_seq2seq
@@ -129,11 +130,6 @@ class OnnxRuntimeTarget(Target):
             raise KilnError(
                 f"target '{self.id}' (onnxruntime) runs ONNX models, genai decoder folders and seq2seq folders, got a {model.format} model"
             )
-        if model.format == "genai" and self.config.cuda_graph is not None:
-            raise KilnError(
-                f"target '{self.id}': {self.config.cuda_graph} is on, but Kiln's decode loop for genai models runs without CUDA graphs "
-                "(the input shapes change every token); turn it off for this target"
-            )
         availability = self.availability()
         if not availability.ok:
             raise TargetUnavailable(f"target '{self.id}': {availability.reason}")
@@ -168,12 +164,15 @@ class OnnxRuntimeTarget(Target):
         if model.format == "genai":
             layout = DecoderLayout.read(model.path, inputs)
             device, device_id = self._device_of(in_use, passed)
+            graph = self.config.cuda_graph is not None
+            if graph and (why := graph_problem(layout, is_static(inputs, layout))):
+                raise SettingInapplicable(f"target '{self.id}': {self.config.cuda_graph} cannot apply to this decoder: {why}")
             if is_static(inputs, layout):  # a static_llm folder: prefill model.onnx, token generation decode.onnx
                 decode = Path(model.path) / DECODE_FILE
                 token = self._create(onnxruntime, model, decode)[0] if decode.is_file() else None
                 return StaticDecoderSession(session, token, inputs, outputs, details, layout, device, device_id)
             # the decode loop binds unless io_binding is false (the naive loop, for comparison)
-            return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id)
+            return DecoderSession(session, inputs, outputs, details, layout, self.config.io_binding is not False, device, device_id, graph)
         plan = self._binding_plan(in_use, passed, outputs)
         if plan is not None:
             details["io_binding_device"] = f"{plan.device}:{plan.device_id}" if plan.device != "cpu" else "cpu"
@@ -249,7 +248,7 @@ class OnnxRuntimeTarget(Target):
         CUDA graph shapes, from a measured session's ``details``. The only paths are TensorRT's
         engine and timing cache folders in Kiln's store, named under ``store_paths``."""
         details = session_details
-        providers = list(details.get("providers") or self.config.providers)
+        providers = placement.providers_to_create(list(details.get("providers") or self.config.providers), details.get("config_entries"))
         passed = details.get("provider_options_passed") or {}
         provider_options = [dict(passed.get(name, {})) for name in providers]
         store_paths = [
@@ -302,12 +301,34 @@ class OnnxRuntimeTarget(Target):
                 return onnxruntime.InferenceSession(path, options), provider_options
             return onnxruntime.InferenceSession(path, options, providers=providers, provider_options=provider_options), provider_options
         except runtime_errors() as error:
+            if self.config.cuda_graph is not None and placement.refused_graph_capture(error):
+                raise SettingInapplicable(
+                    self._graph_refusal(self._placement_without_graph(onnxruntime, path, options, provider_options))
+                ) from error
             if placement.refused_cpu_fallback(error):
                 raise TargetUnavailable(
                     f"target '{self.id}': some nodes can run on none of {', '.join(providers)} and CPU fallback is off "
                     f"(onnxruntime: {runtime_message(error)}); add {CPU} to providers, or {placement.OPT_OUT}"
                 ) from error
             raise KilnError(f"onnxruntime could not load {path}: {type(error).__name__}: {runtime_message(error)}") from error
+
+    def _graph_refusal(self, problem: str | None) -> str:
+        return (
+            f"target '{self.id}': {self.config.cuda_graph} cannot apply to this model ({problem or 'onnxruntime refused graph capture'}); "
+            f"the candidate with {self.config.cuda_graph} off measures it"
+        )
+
+    def _placement_without_graph(
+        self, onnxruntime: Any, path: str, options: Any, provider_options: list[dict[str, Any]] | None
+    ) -> str | None:
+        """Why a graph cannot be captured, from the placement of a session opened without one."""
+        try:
+            session = onnxruntime.InferenceSession(
+                path, options, providers=list(self.config.providers), provider_options=placement.without_graph(provider_options)
+            )
+        except runtime_errors():  # it does not open without a graph either: the refusal says enough
+            return None
+        return placement.graph_capture_problem(placement.placement_of(session), self.config.providers[0])
 
 
 def _add_plugin_devices(onnxruntime: Any, options: Any, providers: list[str], provider_options: list[dict[str, Any]] | None) -> None:

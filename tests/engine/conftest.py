@@ -30,7 +30,7 @@ def test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv(
         "KILN_PLUGINS",
-        "passes:crash=kiln_test_plugins:Crash,passes:sleep=kiln_test_plugins:Sleep,passes:hang=kiln_test_plugins:Hang,passes:boom=kiln_test_plugins:Boom,passes:copy=kiln_test_plugins:Copy,passes:where=kiln_test_plugins:Where",
+        "passes:crash=kiln_test_plugins:Crash,passes:sleep=kiln_test_plugins:Sleep,passes:hang=kiln_test_plugins:Hang,passes:boom=kiln_test_plugins:Boom,passes:copy=kiln_test_plugins:Copy,passes:where=kiln_test_plugins:Where,evaluators:placed=kiln_test_plugins:Placed",
     )
     monkeypatch.syspath_prepend(str(HERE))
     from engine import registry

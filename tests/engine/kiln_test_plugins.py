@@ -1,5 +1,5 @@
-"""Passes that misbehave on purpose, to test how the engine survives them. Registered through
-KILN_PLUGINS by the ``test_plugins`` fixture; never shipped."""
+"""Passes (and an evaluator) that misbehave on purpose, to test how the engine survives them.
+Registered through KILN_PLUGINS by the ``test_plugins`` fixture; never shipped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,18 @@ import shutil
 import sys
 import time
 
-from engine.core import ModelArtifact, Pass, PassConfig, PassContext, PassResult
+from engine.core import (
+    EvalContext,
+    Evaluator,
+    EvaluatorConfig,
+    MetricResult,
+    ModelArtifact,
+    Pass,
+    PassConfig,
+    PassContext,
+    PassResult,
+    SettingInapplicable,
+)
 
 
 class _OnnxToOnnx(Pass):
@@ -88,3 +99,21 @@ class Pid(Copy):
         leaked = os.environ.get("KILN_TEST_LEFT_BEHIND")
         os.environ["KILN_TEST_LEFT_BEHIND"] = self.config.tag  # a serving worker puts its environment back
         return PassResult(model=result.model, details={"pid": os.getpid(), "left_behind": leaked, "cwd": os.getcwd()})
+
+
+class Placed(Evaluator):
+    """Stands for a GPU target's session refusing a setting the model cannot take (a CUDA graph
+    with nodes on the CPU): with two intra-op threads it raises SettingInapplicable, as
+    OnnxRuntimeTarget.open_session does; otherwise it reports the model's bytes."""
+
+    name = "placed"
+    summary = "refuses two intra-op threads as an inapplicable setting"
+    metrics = ("bytes",)
+
+    class Config(EvaluatorConfig):
+        pass
+
+    def evaluate(self, model: ModelArtifact, ctx: EvalContext) -> MetricResult:
+        if getattr(ctx.target.config, "intra_op_threads", None) == 2:
+            raise SettingInapplicable("target 'cpu': intra_op_threads=2 cannot apply to this model (3 nodes on CPUExecutionProvider)")
+        return MetricResult(values={"bytes": float(model.model_file.stat().st_size)})

@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.cli.main import main
-from engine.workflow.loadable import onnx_load_problem
+from engine.core.loadable import onnx_load_problem
 from tests.engine.engine_helpers import tiny_workflow, write_workflow
 
 

@@ -148,6 +148,18 @@ def test_a_decoder_gets_the_genai_builder_at_int4_by_default(tmp_path, capsys):
     assert {e["evaluator"] for e in workflow["evaluate"]} >= {"generation", "perplexity"}
 
 
+@pytest.mark.parametrize("precision", ["int4", "fp16"])
+def test_a_decoder_on_a_cuda_gpu_takes_fp16_as_its_reference(tmp_path, precision):
+    """genai_build refuses fp32 for CUDA (the builder's FP32 CUDA decoder does not open): on a GPU
+    the reference is the builder's FP16 model, and the INT4 candidates are the builder's own."""
+    folder = tiny_decoder(tmp_path / "tiny-llama")
+    assert optimize(folder, "--device", "gpu", "--precision", precision, "--dry-run", "-o", tmp_path / "wf.yaml") == 0
+    workflow = written(tmp_path / "wf.yaml")
+    builds = [s["config"].get("precision") for s in workflow["steps"] if s["pass"] == "genai_build"]
+    assert builds == (["fp16", "int4"] if precision == "int4" else ["fp16"])
+    assert "int4_weights" not in {s["pass"] for s in workflow["steps"]}
+
+
 def test_a_decoder_in_fp16_on_the_cpu_is_refused_with_the_fix(tmp_path, capsys):
     folder = tiny_decoder(tmp_path / "tiny-llama")
     assert optimize(folder, "--precision", "fp16", "--dry-run", "-o", tmp_path / "wf.yaml") == 2

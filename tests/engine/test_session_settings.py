@@ -146,3 +146,31 @@ def test_settings_that_lose_on_the_reference_model_are_pruned(tmp_path, tiny_onn
     assert not any("int8" in label and "intra_op_threads=1" in label for label in labels)  # pruned
     assert sum("int8" in label for label in labels) == 2  # per_channel false / true at the target's own settings
     assert any("settings (intra_op_threads=1) pruned" in note for note in report.plan.dropped)
+
+
+def test_a_setting_the_model_cannot_take_leaves_its_candidate_inapplicable_not_failed(tmp_path, tiny_onnx, test_plugins, capsys):
+    """A target that refuses a searched setting for a model (OnnxRuntimeTarget: a CUDA graph for a
+    model with nodes on the CPU) raises SettingInapplicable in the worker: the candidate is
+    inapplicable with the reason, not failed, and the run goes on to choose among the others."""
+    import json
+
+    from engine.report.report import print_summary
+
+    workflow = settings_workflow(tiny_onnx)
+    workflow["evaluate"] = [{"id": "placed", "evaluator": "placed"}]
+    workflow["select"] = {"objective": {"metric": "placed.bytes", "goal": "min"}}
+    report = run_workflow(load_workflow(write_workflow(tmp_path, workflow)), Store(tmp_path / "store"))
+    states = {report.plan.label(r.candidate): (str(r.state), r.reason) for r in report.results}
+    assert states["int8(per_channel=false) | session(intra_op_threads=2)"] == (
+        "inapplicable",
+        "target 'cpu': intra_op_threads=2 cannot apply to this model (3 nodes on CPUExecutionProvider)",
+    )
+    assert states["int8(per_channel=false)"][0] == "complete"
+    assert not [label for label, (state, _) in states.items() if state == "failed"]
+    assert report.chosen()["cpu"].candidate.settings == {}
+    written = json.loads((write_outputs(report, tmp_path / "out") / "candidates.json").read_text())
+    records = written["candidates"] if isinstance(written, dict) else written
+    assert sorted(r["state"] for r in records).count("inapplicable") == 2
+    print_summary(report)
+    out = capsys.readouterr().out
+    assert "2 candidate(s) inapplicable" in out and "candidate(s) failed" not in out

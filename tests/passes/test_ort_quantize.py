@@ -309,10 +309,14 @@ def test_failed_preprocessing_optimization_is_noted_and_quantization_goes_on(tmp
     ]
     model = _model(nodes, {"W": rng.standard_normal((64, 64)).astype(np.float32)}, {"x": 64}, {"y": 64})
     model.opset_import.append(helper.make_opsetid("com.example", 1))
-    _, result = _quantize(tmp_path, model)
+    source = _artifact(tmp_path / "run-in", model)
+    result = OrtQuantize(OrtQuantize.Config()).run(source, _context(tmp_path / "run"))  # run alone: the contract refuses the output
     assert result.details["preprocess"] == "shape_inference_only"
     assert any("graph optimization failed" in note and "com.example:Foo" in note for note in result.notes)
     assert _op_types(result.model.model_file).count("MatMulInteger") == 2
+    # the pass contract: no runtime opens a model with ops of an unknown domain, so no success
+    with pytest.raises(PassError, match=r"not a model onnxruntime can load: it uses ops of domain com\.example"):
+        OrtQuantize(OrtQuantize.Config())(source, _context(tmp_path / "again"))
 
 
 def test_preprocess_false_quantizes_the_model_as_given(tmp_path: Path) -> None:

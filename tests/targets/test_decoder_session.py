@@ -108,6 +108,59 @@ def test_on_cuda_the_cache_stays_on_the_gpu(tiny_genai: TinyGenai) -> None:
     assert all(value.device_name() == "cuda" for value in session.last_cache.values())
 
 
+@pytest.mark.parametrize("model", ["fp32", "unshared"])
+def test_the_device_path_of_the_bound_loop_reproduces_pytorch_with_the_cache_bound_on_the_cpu(tiny_genai: TinyGenai, model: str) -> None:
+    """The loop a GPU runs (inputs and logits as OrtValues, the logits read back after the run),
+    with its buffers in CPU memory: the tokens are PyTorch's greedy FP32 ones exactly. The prefill
+    read the first bound output as its logits, which is present.0.key (the buffers are bound
+    first), so on CUDA every token differed from the first on."""
+    import onnxruntime
+
+    session = open_decoder(getattr(tiny_genai, model))
+    session.host_arrays = False
+    for _ in range(2):  # a second generation reuses the loop's buffers and bindings
+        assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
+    if model == "fp32":
+        assert session._loop is not None and session._loop.step_host is None  # the device path, not numpy views
+    assert session.host_bytes == (len(PROMPT) + NEW_TOKENS - 1) * VOCAB * 4
+    assert all(isinstance(value, onnxruntime.OrtValue) for value in session.last_cache.values())
+    shorter = session.generate(PROMPT[:3], 4).tokens
+    assert shorter == open_decoder(getattr(tiny_genai, model)).generate(PROMPT[:3], 4).tokens
+
+
+@pytest.mark.parametrize("host_arrays", [True, False])
+def test_the_static_mask_a_cuda_graph_needs_gives_pytorchs_tokens(tiny_genai: TinyGenai, host_arrays: bool) -> None:
+    """The decode step with one [1, capacity] mask updated in place (ones so far, zeros after) and
+    every other input and output bound once: what a CUDA graph of the step replays. Run on the
+    CPU, the tokens are PyTorch's greedy FP32 ones, across reused and shorter generations."""
+    session = open_decoder(tiny_genai.fp32)
+    session.static_mask, session.host_arrays = True, host_arrays
+    for _ in range(2):
+        assert session.generate(PROMPT, NEW_TOKENS).tokens == tiny_genai.greedy
+    assert session._loop is not None and session._loop.mask is not None  # the static mask was bound
+    assert session._loop.mask.shape() == [1, len(PROMPT) + NEW_TOKENS]
+    assert session.generate(PROMPT[:3], 4).tokens == open_decoder(tiny_genai.fp32).generate(PROMPT[:3], 4).tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs onnxruntime's CUDA provider and an NVIDIA GPU")
+def test_on_cuda_the_decode_step_runs_as_a_cuda_graph(tiny_genai: TinyGenai, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An fp16 CUDA build (the GPU reference) with cuda.enable_cuda_graph: the decode step is
+    captured once and replayed; the tokens are those of the same loop without a graph."""
+    from engine.core import ModelArtifact, PassContext
+    from passes.generate.genai_build import GenaiBuild
+
+    (tmp_path / "work").mkdir()
+    ctx = PassContext(step_id="fp16", workdir=tmp_path / "work", output_dir=tmp_path / "fp16")
+    built = GenaiBuild(GenaiBuild.Config(precision="fp16", execution_provider="cuda"))(ModelArtifact.from_folder("hf", tiny_genai.hf), ctx)
+    plain = open_decoder(built.model, device="cuda")
+    graphed = open_decoder(built.model, device="cuda", cuda={"enable_cuda_graph": True})
+    assert graphed.graph and graphed.details["cuda_graph"]["decode_step"]
+    expected = plain.generate(PROMPT, NEW_TOKENS).tokens
+    for _ in range(3):  # capture, then replays
+        assert graphed.generate(PROMPT, NEW_TOKENS).tokens == expected
+
+
 def test_inference_settings_name_the_decode_loop(tiny_genai: TinyGenai) -> None:
     target = ort()
     session = target.open_session(tiny_genai.fp32)

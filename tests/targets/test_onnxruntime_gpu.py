@@ -142,5 +142,7 @@ def test_the_cuda_graph_snippet_runs_as_measured(matmul_model: ModelArtifact) ->
     assert namespace["session"].get_providers()[0] == CUDA  # type: ignore[attr-defined]
     for seed in (1, 2, 3):
         x = np.random.default_rng(seed).standard_normal((2, 64)).astype(np.float32)
-        (y,) = namespace["run"]({"x": x})  # type: ignore[operator]
+        (bound,) = namespace["run"]({"x": x})  # type: ignore[operator]
+        assert bound.device_name().lower() == "cuda"  # the device value itself, not a host copy
+        (y,) = namespace["run"]({"x": x}, returns="numpy")  # type: ignore[operator]
         np.testing.assert_allclose(y, session.run({"x": x})[0], rtol=1e-5, atol=1e-5)

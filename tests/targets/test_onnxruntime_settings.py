@@ -330,7 +330,7 @@ def test_the_snippet_runs_and_opens_the_session_as_measured(mlp: ModelArtifact, 
         run = namespace["run"]
         for seed in (1, 2):
             data = feeds(3, seed)
-            for a, b in zip(run(data), session.run(data), strict=True):  # type: ignore[operator]
+            for a, b in zip(run(data, returns="numpy"), session.run(data), strict=True):  # type: ignore[operator]
                 np.testing.assert_array_equal(a, b)
 
 
@@ -362,7 +362,7 @@ x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
 settings = target.inference_settings(session.details)
 namespace = {{}}
 exec(target.snippet(settings, str(model.model_file)), namespace)
-(z,) = namespace["run"]({{"x": x}})
+(z,) = namespace["run"]({{"x": x}}, returns="numpy")
 print("RESULT " + json.dumps({{"providers": session.details["providers"], "io_binding": session.details["io_binding"],
     "max_diff": float(np.abs(y - x @ w).max()), "snippet_diff": float(np.abs(z - y).max()),
     "snippet_providers": namespace["session"].get_providers(), "options": settings["provider_options"][0]}}))

@@ -177,7 +177,7 @@ def _onnx_problems(path: Path, key: str, source: WorkflowSource) -> list[Problem
         return [source.problem((*WHERE, where), "an ONNX model is an .onnx file or a folder holding model.onnx", given=str(path))]
     reason = userfiles.onnx_file_problem(path / "model.onnx" if path.is_dir() else path)
     if not reason:  # a model file: can a runtime load it (external data present, ops of known domains)?
-        from engine.workflow.loadable import onnx_load_problem
+        from engine.core.loadable import onnx_load_problem
 
         loadable = onnx_load_problem(path / "model.onnx" if path.is_dir() else path)
         hint = "give the model with all its external data files, and only ops of ONNX and onnxruntime domains"
