@@ -39,7 +39,8 @@ def run_runoffs(runner: Runner) -> int:
     """Run the runoffs the current results call for (store first); returns how many pairs were measured."""
     resolved = runner.resolved
     budget = resolved.spec.select.runoff_budget
-    results = list(runner.results.values())
+    plan_order = {c.id: i for i, c in enumerate(runner.plan.candidates)}  # the order the final selection sees
+    results = sorted(runner.results.values(), key=lambda r: plan_order.get(r.candidate.id, len(plan_order)))
     pairs = runoff_pairs(resolved, results)
     if budget is None or not pairs:
         return 0
