@@ -367,3 +367,18 @@ def test_runoff_and_size_margin_options_are_validated(tmp_path, tiny_onnx) -> No
         with pytest.raises(InputError) as caught:
             resolved_with(tmp_path / str(name), tiny_onnx, **options)
         assert any(p.where.startswith(where) for p in caught.value.problems), (options, caught.value.problems)
+
+
+def test_the_runoff_is_asked_for_the_best_and_each_candidate_tied_with_it_on_a_timing_objective(tmp_path, tiny_onnx, ref) -> None:
+    from engine.select.select import runoff_pairs
+
+    best = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32)
+    tied = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32)
+    clear = result(tmp_path, 3, speedup=spread(1.10, 0.01, seed=3), cosines=[0.995] * 32)
+    failing = result(tmp_path, 4, speedup=spread(1.51, 0.06, seed=4), cosines=[0.5] * 32)  # breaks the constraint
+    results = [ref, best, tied, clear, failing]
+    on = resolved_with(tmp_path / "on", tiny_onnx, runoff=True)
+    assert [(a.candidate.id, b.candidate.id) for a, b in runoff_pairs(on, results)] == [("cpu/1", "cpu/2")]
+    assert runoff_pairs(resolved_with(tmp_path / "off", tiny_onnx, runoff=False), results) == []
+    quality = resolved_with(tmp_path / "quality", tiny_onnx, runoff=True, objective={"metric": "fidelity.cosine_mean", "goal": "max"})
+    assert runoff_pairs(quality, results) == []  # measured on the same samples every time: nothing to time again
