@@ -26,7 +26,7 @@ from engine.core.stats import bootstrap
 from engine.execute.runner import Runner
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult
-from engine.select.select import ranking_metric, runoff_pairs
+from engine.select.select import paired_metric, runoff_pairs
 from engine.select.ties import runoff_json
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,11 @@ def run_runoffs(runner: Runner) -> int:
     pairs = runoff_pairs(resolved, results)
     if budget is None or not pairs:
         return 0
-    metric, _ = ranking_metric(resolved, results)
+    # the paired figure itself (latency.speedup), never the ranking metric of all results, which falls
+    # back to the objective (p50_ms) when a failed or untimed candidate lacks the paired figure
+    metric = paired_metric(resolved, resolved.spec.select.primary.metric)
+    if metric is None:
+        return 0
     eval_id, _, name = metric.partition(".")
     spec = next((s for s in runner.evaluations if s.id == eval_id), None)
     if spec is None or not all(option in spec.evaluator_cls.Config.model_fields for option in BUDGET_OPTIONS):

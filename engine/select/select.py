@@ -331,7 +331,7 @@ def runoff_pairs(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> 
         if len(feasible) < 2:
             continue
         metric, _ = ranking_metric(resolved, feasible)
-        if not is_timing(resolved, metric) or metric == spec.primary.metric:  # no paired figure to run off on
+        if not is_timing(resolved, metric) or metric != paired_metric(resolved, spec.primary.metric):  # no paired figure to run off on
             continue
         standing, tied = _standing(resolved, feasible, order)
         pairs += [(standing.best, r) for r in tied if r is not standing.best]

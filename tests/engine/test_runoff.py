@@ -69,3 +69,41 @@ def test_the_runoff_is_keyed_by_its_settings_and_can_be_turned_off(tmp_path, tin
     assert len(keys) == 2
     docs = [json.dumps(runner.store.lookup(key) or {}) for key in keys]
     assert all('"speedup"' in doc for doc in docs)
+
+
+def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(tmp_path, tiny_onnx) -> None:
+    """A candidate that failed (no speedup) made the ranking metric of all results fall back to
+    p50_ms, and a runoff stored a pair's milliseconds as its ratio ("won the runoff: 140x")."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from test_select import resolved_with, result, spread
+
+    from engine.execute.evaluation import candidate_evaluations
+    from engine.execute.runner import Fetched
+    from engine.select.results import CandidateResult, CandidateState
+
+    resolved = resolved_with(tmp_path, tiny_onnx, runoff=True)
+    ref = result(tmp_path, 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+    a = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32)
+    b = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32)
+    failed = CandidateResult(candidate=dataclasses.replace(a.candidate, id="cpu/3"), label="c3", state=CandidateState.FAILED)
+    results = [ref, a, b, failed]
+    record = {"values": {"speedup": 1.03, "speedup_low": 0.99, "speedup_high": 1.07, "p50_ms": 140.0, "rounds": 12.0}, "samples": {}}
+    asked = []
+
+    def measure_pair(spec, first, second):  # type: ignore[no-untyped-def]
+        asked.append((spec.id, spec.config["max_time_s"], first.candidate.id, second.candidate.id))
+        return Fetched("ran", record), "k"
+
+    runner = SimpleNamespace(
+        resolved=resolved,
+        results={r.candidate.id: r for r in results},
+        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
+        evaluations=candidate_evaluations(resolved),
+        measure_pair=measure_pair,
+    )
+    assert run_runoffs(runner) == 1  # type: ignore[arg-type]
+    assert asked == [("latency", 60.0, "cpu/1", "cpu/2")]
+    assert a.runoffs["cpu/2"]["estimate"] == 1.03 and a.runoffs["cpu/2"]["metric"] == "latency.speedup"
+    assert b.runoffs["cpu/1"]["estimate"] == 1 / 1.03
