@@ -50,17 +50,17 @@ class Runoff(_Strict):
     objective's evaluator with one of them as the other's reference, interleaved in one worker)."""
 
     max_time_s: float = Field(
-        default=60.0,
+        default=30.0,
         gt=0,
         le=MAX_SECONDS,
         description="Seconds of measurement per pair at most (the evaluator's max_time_s for the runoff).",
     )
     precision: float = Field(
-        default=0.01,
+        default=0.02,
         gt=0,
         lt=1,
         description=(
-            "Stop measuring a pair once the interval of its paired ratio is within this fraction of it (0.01: ±1%): "
+            "Stop measuring a pair once the interval of its paired ratio is within this fraction of it (0.02: ±2%): "
             "a difference larger than that is then decided."
         ),
     )
@@ -146,8 +146,8 @@ class SelectSpec(_Strict):
         description=(
             "Before any tie-break rule, the candidates tied on a timing objective are timed again, paired with the best "
             "estimate (interleaved in one worker, cached by both models' digests, the host and these settings); one whose "
-            "paired ratio's interval excludes 1 wins or loses the runoff. true (the default): {max_time_s: 60, "
-            "precision: 0.01}; false: no runoff."
+            "paired ratio's interval excludes 1 wins or loses the runoff. true (the default): {max_time_s: 30, "
+            "precision: 0.02}; false: no runoff."
         ),
     )
     size_margin: float = Field(

@@ -104,6 +104,6 @@ def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(
         measure_pair=measure_pair,
     )
     assert run_runoffs(runner) == 1  # type: ignore[arg-type]
-    assert asked == [("latency", 60.0, "cpu/1", "cpu/2")]
+    assert asked == [("latency", 30.0, "cpu/1", "cpu/2")]
     assert a.runoffs["cpu/2"]["estimate"] == 1.03 and a.runoffs["cpu/2"]["metric"] == "latency.speedup"
     assert b.runoffs["cpu/1"]["estimate"] == 1 / 1.03

@@ -348,10 +348,10 @@ def test_runoff_and_size_margin_options_are_validated(tmp_path, tiny_onnx) -> No
     from engine.workflow.schema import SelectSpec
 
     default = SelectSpec(objective={"metric": "latency.p50_ms"})
-    assert default.runoff_budget is not None and (default.runoff_budget.max_time_s, default.runoff_budget.precision) == (60.0, 0.01)
+    assert default.runoff_budget is not None and (default.runoff_budget.max_time_s, default.runoff_budget.precision) == (30.0, 0.02)
     assert default.size_margin == 0.02
     budget = resolved_with(tmp_path / "on", tiny_onnx, runoff=True).spec.select.runoff_budget
-    assert budget is not None and budget.max_time_s == 60.0
+    assert budget is not None and budget.max_time_s == 30.0
     assert resolved_with(tmp_path / "off", tiny_onnx, runoff=False).spec.select.runoff_budget is None
     assert resolved_with(tmp_path / "set", tiny_onnx, runoff={"max_time_s": 20}).spec.select.runoff_budget.max_time_s == 20
     for name, (options, where) in enumerate(
