@@ -11,6 +11,7 @@ from engine.execute.hooks import Hooks
 from engine.execute.prestart import run_libraries
 from engine.execute.protocol import Executor
 from engine.execute.runner import Runner
+from engine.execute.runoff import run_runoffs
 from engine.search.search import search
 from engine.select.front import select_all
 from engine.select.results import RunReport
@@ -49,6 +50,7 @@ def run_workflow(
         runner.materialize_datasets()
         try:
             search(runner)
+            run_runoffs(runner)  # the tied leaders timed again, paired, before the final selection
         finally:
             runner.datasets_done()
     finally:

@@ -186,16 +186,18 @@ class GenaiTarget(Target):
             "config_overlay": overlay,
         }
         described = json.loads((model.path / "genai_config.json").read_text()).get("model", {})
-        window = int((described.get("decoder", {}).get("sliding_window") or {}).get("window_size") or 0)
         context = int(described.get("context_length") or 0)
-        if window and context and window > context:
-            # a window wider than the context (transformers' default 4096 kept in a 512-token model's
-            # config) never slides: the cache needs the context at most, and GenAI refuses a
-            # max_length above it ("max_length (4096) cannot be greater than model context_length (512)")
-            window = context
+        window = int((described.get("decoder", {}).get("sliding_window") or {}).get("window_size") or 0)
+        if window and context:
+            # a config that keeps transformers' default window (Gemma 2: 4096) over a shorter context
+            # would ask GenAI for a cache longer than the model ("max_length (4096) cannot be greater
+            # than model context_length (512)"): no layer can look further back than the context
+            window = min(window, context)
         if window:
             details["sliding_window"] = window
-        return GenaiSession(og, loaded, details, window)
+        if context:
+            details["context_length"] = context
+        return GenaiSession(og, loaded, details, window, context)
 
     def inference_settings(self, session_details: dict[str, Any]) -> dict[str, Any]:
         details = session_details
@@ -277,12 +279,15 @@ def _device_problem(device: str) -> str | None:
 class GenaiSession(GenerativeSession):
     """An ``og.Model`` opened for greedy generation (see the module docstring)."""
 
-    def __init__(self, og: Any, model: Any, details: dict[str, Any], window: int = 0) -> None:
+    def __init__(self, og: Any, model: Any, details: dict[str, Any], window: int = 0, context: int = 0) -> None:
         super().__init__(inputs=[], outputs=[], details=details)
         self._og = og
         self._model = model
-        #: a sliding-window model's window: GenAI's cache holds max_length tokens, which must be at least it
+        #: a sliding-window model's window (at most the context): GenAI's cache holds max_length
+        #: tokens, which must be at least it
         self._window = window
+        #: the model's context (``model.context_length``; 0: not stated), which max_length never passes
+        self._context = context
 
     def _live(self) -> Any:
         if self._model is None:
@@ -290,6 +295,11 @@ class GenaiSession(GenerativeSession):
         return self._model
 
     def _generator(self, length: int) -> Any:
+        if self._context and length > self._context:
+            raise KilnError(
+                f"a prompt and its new tokens need {length} positions, more than the model's context "
+                f"(context_length {self._context} in genai_config.json): shorten the prompt or generate fewer tokens"
+            )
         og = self._og
         params = og.GeneratorParams(self._live())
         params.set_search_options(max_length=max(length, self._window), do_sample=False)

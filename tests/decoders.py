@@ -98,6 +98,8 @@ BARE = {
     ),
     "qwen2": ("Qwen2Config", {}),
     "gemma2": ("Gemma2Config", {"head_dim": 16, "sliding_window": 32}),
+    # transformers' default window (4096) kept over a 512-token context
+    "gemma2_default_window": ("Gemma2Config", {"head_dim": 16, "max_position_embeddings": 512}),
     "gemma3": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 32}),
 }
 
@@ -109,6 +111,7 @@ def bare_decoder(folder: Path, name: str, seed: int = 0) -> Path:
     import transformers
 
     cls, extra = BARE[name]
+    sizes = {"max_position_embeddings": 256, **extra}
     config = getattr(transformers, cls)(
         vocab_size=320,
         hidden_size=64,
@@ -116,11 +119,10 @@ def bare_decoder(folder: Path, name: str, seed: int = 0) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
         bos_token_id=0,
         eos_token_id=0,
         tie_word_embeddings=False,
-        **extra,
+        **sizes,
     )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()

@@ -339,6 +339,41 @@ class Runner:
             self.hooks.eval_done(candidate, spec.id, fetched.status, fetched.record.get("duration_s"))
         return fetched.record, None
 
+    def measure_pair(self, spec: EvalSpec, first: CandidateResult, second: CandidateResult) -> tuple[Fetched, str]:
+        """``first``'s model measured by ``spec`` with ``second``'s as its reference, both on the
+        target as written (a runoff: engine.execute.runoff): the record, and its key (both models'
+        digests, the target's fingerprint with the host's, the evaluation's settings)."""
+        assert first.model is not None and second.model is not None
+        model, reference, target = first.model, second.model, first.candidate.target
+        key, key_doc = self.eval_key(spec, model.digest, reference.digest, target)
+        environment = target_environment(self.resolved, target)
+        name = f"{spec.id} (runoff against {second.candidate.id})"
+
+        def order() -> WorkOrder:
+            return WorkOrder(
+                kind="eval",
+                key=key,
+                key_doc=key_doc,
+                plugin=spec.plugin,
+                config=spec.config,
+                model=model,
+                reference=reference,
+                input_model=self.input,
+                target=target_ref(self.resolved, target),
+                datasets=self.datasets.inputs(spec.datasets),
+                python=environment.python if environment is not None else None,
+                environment=environment,
+            )
+
+        fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(first.candidate.id, name))
+        if fetched.status == "failed":
+            self.hooks.eval_failed(first.candidate.id, name, fetched.error)
+        elif fetched.status == "hit":
+            self.hooks.eval_cached(first.candidate.id, name)
+        else:
+            self.hooks.eval_done(first.candidate.id, name, fetched.status, fetched.record.get("duration_s"))
+        return fetched, key
+
     def report(self, started: float) -> RunReport:
         order = {c.id: i for i, c in enumerate(self.plan.candidates)}
         results = sorted(

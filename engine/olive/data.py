@@ -228,6 +228,22 @@ def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str
         result["config"] = str(load["subset"])
     result["hf_split"] = str(load.get("split") or "train")
     result["text_column"] = str(cols[0]) if cols else "text"
+    _text_options(result, pre, cols, generation, where, ctx)
+    if pre.get("max_samples"):
+        result["limit"] = int(pre["max_samples"])
+    for key in ("streaming", "trust_remote_code"):
+        if load.get(key):
+            ctx.notes.append(f"{where}.load_dataset_config.{key}: Kiln reads the dataset's files from the Hub cache (no script, no stream)")
+    ctx.notes.append(
+        f"{where}: the Hugging Face Hub dataset {name} → hf_dataset, read from the Hub cache: fetch it on a connected machine "
+        f"with `hf download {name} --repo-type dataset`"
+    )
+    return result
+
+
+def _text_options(result: dict[str, Any], pre: dict[str, Any], cols: list[Any], generation: bool, where: str, ctx: Any) -> None:
+    """hf_dataset's text options from Olive's pre-processing: joined windows for a generation dataset,
+    else a text (or a pair) per row with its label and lengths."""
     if generation:
         strategy = str(pre.get("strategy") or "join")
         result["join"] = strategy.startswith("join")
@@ -249,16 +265,6 @@ def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str
             result["max_length"] = int(pre.get("max_length") or pre["max_seq_len"])
         if pre.get("padding") in ("max_length", "longest"):
             result["padding"] = pre["padding"]
-    if pre.get("max_samples"):
-        result["limit"] = int(pre["max_samples"])
-    for key in ("streaming", "trust_remote_code"):
-        if load.get(key):
-            ctx.notes.append(f"{where}.load_dataset_config.{key}: Kiln reads the dataset's files from the Hub cache (no script, no stream)")
-    ctx.notes.append(
-        f"{where}: the Hugging Face Hub dataset {name} → hf_dataset, read from the Hub cache: fetch it on a connected machine "
-        f"with `hf download {name} --repo-type dataset`"
-    )
-    return result
 
 
 def _hub_images(name: str, load: dict[str, Any], pre: dict[str, Any], column: str, where: str, ctx: Any) -> dict[str, Any]:

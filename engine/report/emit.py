@@ -82,6 +82,7 @@ def candidate_record(report: RunReport, result: CandidateResult) -> dict[str, An
         "chosen": result.chosen,
         "verdict": result.verdict,
         "tied_with": result.tied_with,
+        "runoffs": result.runoffs,
         "pareto": result.pareto,
         "model_digest": result.model.digest if result.model else None,
         "metrics": result.metrics,

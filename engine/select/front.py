@@ -4,7 +4,8 @@ candidates.json; ``output.keep: pareto`` writes their models), and ``select.choo
 one model the run answers with:
 
 - ``first``: the best of the front on the first objective, judged as a single objective is
-  (intervals, ``tie_within``), ties broken by the next objectives, then ``select.tie_break``;
+  (intervals, ``tie_within``), ties broken by the next objectives (each on a measurable or material
+  difference, as engine.select.ties says), then ``select.tie_break``;
 - ``{weights: [...]}``: the highest weighted sum of log ratios to the reference, each objective
   turned so that higher is better (twice as fast and half the size weigh the same).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 
 from engine.select.results import CandidateResult
-from engine.select.select import _choose, _fmt, paired_metric, select
+from engine.select.select import _choose, _fmt, metric_rule, paired_metric, select
 from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Weights
 
@@ -93,14 +94,7 @@ def choose_from_front(
     if isinstance(choose, Weights):
         _weighted(resolved, front, reference, choose)
     else:
-        extra = [
-            (
-                f"{'higher' if sign > 0 else 'lower'} {metric}",
-                lambda r, m=metric, s=sign: s * r.metrics[m],
-                lambda r, m=metric: _fmt(r.metrics[m]),
-            )
-            for metric, sign in _axes(resolved, front)[1:]
-        ]
+        extra = [metric_rule(resolved, metric, sign) for metric, sign in _axes(resolved, front)[1:]]
         _choose(resolved, front, order, extra)
     for result in measured:
         if result not in front:

@@ -73,6 +73,9 @@ class CandidateResult:
     verdict: str | None = None
     #: candidates whose objective could not be told apart from this one's (filled for the chosen)
     tied_with: list[str] = field(default_factory=list)
+    #: runoffs with the candidates it was tied with, by the other's id: this one's speed over the
+    #: other's, paired ({estimate, low, high, confidence, metric, key, ...}; engine.execute.runoff)
+    runoffs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

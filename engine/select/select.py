@@ -16,10 +16,11 @@ image, speedup per timing round) get a bootstrap interval at the workflow's conf
   0. A candidate measurably behind the best is tied only when the workflow opts in with
   ``select.tie_within`` (a timing objective within that fraction of the best: runs minutes apart
   or under another load move a ratio by that much), and its verdict then says how far behind it
-  was. The tie is broken by ``select.tie_break`` (default: the larger constraint margin,
-  then the smaller model, then fewer passes), which is deterministic — a re-run, a resumed run
-  and a run on a busy machine choose the same model whenever the measurements cannot separate
-  the contenders. Every complete candidate gets a verdict saying why it won or lost.
+  was. The tie is broken as engine.select.ties says: first a runoff (the tied leaders of a timing
+  objective timed again, paired), then ``select.tie_break``'s rules, each only on a difference
+  that is measurable (intervals apart) or material (sizes more than ``select.size_margin``
+  apart), then the better estimate of the objective, then fewer passes. Every complete candidate
+  gets a verdict saying which rule decided, and on what figures.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any
 
 from engine.core.stats import Interval, bootstrap, paired_difference
 from engine.select.results import CandidateResult
-from engine.select.verdicts import Rule, Standing, write_verdicts
+from engine.select.ties import Rule, break_tie, material, measurable
+from engine.select.verdicts import Standing, write_verdicts
 from engine.text.display import against, bound, number
 from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Constraint, TieBreak
@@ -229,39 +231,34 @@ def _size(result: CandidateResult) -> str:
     return f"{size / 1e6:.2f} MB ({size:,} bytes)"
 
 
+def metric_rule(resolved: ResolvedWorkflow, metric: str, sign: int) -> Rule:
+    """Prefer the better ``metric`` (``sign`` +1: higher), on a measurable or material difference."""
+    spec = resolved.spec.select
+    return Rule(
+        f"{'higher' if sign > 0 else 'lower'} {metric}",
+        lambda r: sign * r.metrics.get(metric, -sign * math.inf),
+        lambda r: _fmt(r.metrics[metric]) if metric in r.metrics else "—",
+        measurable(metric, spec.confidence, spec.size_margin, SEED),
+    )
+
+
 def _rules(resolved: ResolvedWorkflow) -> list[Rule]:
+    """The workflow's tie-break rules but ``passes`` (engine.select.ties: fewer passes only after the estimate)."""
     rules: list[Rule] = []
-    for entry in resolved.spec.select.tie_break:
+    spec = resolved.spec.select
+    size_apart = material(spec.size_margin)
+    for entry in spec.tie_break:
         if entry == "constraints":
-            for constraint in resolved.spec.select.constraints:
-                sign = _constraint_direction(constraint)
-                metric = constraint.metric
-                rules.append(
-                    (
-                        f"{'higher' if sign > 0 else 'lower'} {metric}",
-                        lambda r, m=metric, s=sign: s * r.metrics.get(m, -s * math.inf),
-                        lambda r, m=metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
-                    )
-                )
+            rules.extend(metric_rule(resolved, c.metric, _constraint_direction(c)) for c in spec.constraints)
         elif entry == "size":
-            rules.append(("smaller model", lambda r: -model_bytes(r), _size))
-        elif entry == "passes":
-            rules.append(("fewer passes", lambda r: -len(r.candidate.jobs), lambda r: f"{len(r.candidate.jobs)} passes"))
+            rules.append(Rule("smaller model", lambda r: -model_bytes(r), _size, lambda a, b: size_apart(model_bytes(a), model_bytes(b))))
         elif isinstance(entry, TieBreak):
-            sign = 1 if entry.goal == "max" else -1
-            rules.append(
-                (
-                    f"{'higher' if sign > 0 else 'lower'} {entry.metric}",
-                    lambda r, m=entry.metric, s=sign: s * r.metrics.get(m, -s * math.inf),
-                    lambda r, m=entry.metric: _fmt(r.metrics[m]) if m in r.metrics else "—",
-                )
-            )
+            rules.append(metric_rule(resolved, entry.metric, 1 if entry.goal == "max" else -1))
     return rules
 
 
-def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[Rule] = ()) -> None:
-    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all;
-    ``first``: tie-break rules before the workflow's (the further objectives of a front)."""
+def _standing(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int]) -> tuple[Standing, list[CandidateResult]]:
+    """The objective as judged on the first measurements: the best, every interval, and those tied with the best."""
     metric, sign = ranking_metric(resolved, feasible)
     confidence = resolved.spec.select.confidence
 
@@ -274,8 +271,7 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
     best = max(feasible, key=lambda r: (sign * intervals[r.candidate.id].estimate, r.candidate.reference, -order[r.candidate.id]))
     # an opt-in margin, for timings only (runs minutes apart or under another load move them); a
     # quality objective measured on the same samples every time is judged on its interval
-    entry = resolved.evaluators.get(metric.partition(".")[0])
-    timing = entry is not None and entry.cls.timing
+    timing = is_timing(resolved, metric)
     margin = (resolved.spec.select.tie_within or 0.0) if timing else 0.0
     paired = {} if timing else _paired_differences(feasible, best, metric, confidence)
     best_value = intervals[best.candidate.id].estimate
@@ -291,15 +287,55 @@ def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: 
 
     by_margin = {r.candidate.id for r in feasible if not indistinguishable(r) and within_margin(r)}
     tied = [r for r in feasible if indistinguishable(r) or r.candidate.id in by_margin]
+    return Standing(metric, sign, best, intervals, margin, by_margin, paired), tied
+
+
+def is_timing(resolved: ResolvedWorkflow, metric: str) -> bool:
+    entry = resolved.evaluators.get(metric.partition(".")[0])
+    return entry is not None and bool(entry.cls.timing)
+
+
+def _choose(resolved: ResolvedWorkflow, feasible: list[CandidateResult], order: dict[str, int], first: Sequence[Rule] = ()) -> None:
+    """Mark the chosen candidate among ``feasible`` (one target's), with verdicts for all;
+    ``first``: tie-break rules before the workflow's (the further objectives of a front)."""
+    standing, tied = _standing(resolved, feasible, order)
     rules = [*first, *_rules(resolved)]
-
-    def preference(r: CandidateResult) -> tuple[float, ...]:
-        return (*(key(r) for _, key, _ in rules), -order[r.candidate.id])
-
-    ranked = sorted(tied, key=preference, reverse=True)
+    passes = "passes" in resolved.spec.select.tie_break
+    decision = break_tie(
+        tied, standing.best, rules, passes, (standing.metric, int(standing.sign), lambda r: standing.interval(r).estimate), order
+    )
+    ranked = decision.ranked
     ranked[0].chosen = True
     ranked[0].tied_with = [r.candidate.id for r in ranked[1:]]
-    write_verdicts(feasible, ranked, Standing(metric, sign, best, intervals, margin, by_margin, paired), rules)
+    write_verdicts(feasible, ranked, standing, decision)
+
+
+def runoff_pairs(resolved: ResolvedWorkflow, results: list[CandidateResult]) -> list[tuple[CandidateResult, CandidateResult]]:
+    """The runoffs a final selection wants, per target (engine.execute.runoff runs them): the best
+    first estimate against each candidate tied with it (within noise, or by ``select.tie_within``),
+    where the objective is a single timing one ranked by its paired figure and the workflow keeps
+    the runoff on. Feasibility is judged as ``select`` judges it."""
+    spec = resolved.spec.select
+    if spec.runoff_budget is None or len(spec.objectives) > 1:
+        return []
+    order = {r.candidate.id: i for i, r in enumerate(results)}
+    pairs = []
+    for target in resolved.targets:
+        mine = [r for r in results if r.candidate.target == target]
+        reference = next((r for r in mine if r.candidate.reference and r.state == "complete"), None)
+        feasible = []
+        for result in (r for r in mine if r.state == "complete" and spec.primary.metric in r.metrics):
+            broken = result.violations if result.untimed else [b for c in spec.constraints for b in judge(resolved, c, result, reference)]
+            if not broken:
+                feasible.append(result)
+        if len(feasible) < 2:
+            continue
+        metric, _ = ranking_metric(resolved, feasible)
+        if not is_timing(resolved, metric) or metric != paired_metric(resolved, spec.primary.metric):  # no paired figure to run off on
+            continue
+        standing, tied = _standing(resolved, feasible, order)
+        pairs += [(standing.best, r) for r in tied if r is not standing.best]
+    return pairs
 
 
 def _paired_differences(

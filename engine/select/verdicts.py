@@ -3,24 +3,18 @@
 A tie is what the measurements cannot separate: objective intervals that overlap the best one's
 (or, where both were scored on the same samples, a paired difference whose interval holds 0).
 ``select.tie_within`` widens a timing tie to candidates measurably behind the best; a candidate
-chosen only through that margin says so, with how far behind it was.
+chosen only through that margin says so, with how far behind it was. Which rule broke a tie, and
+on what figures, is engine.select.ties's ``Decision``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core.stats import Interval
 from engine.select.results import CandidateResult
+from engine.select.ties import Decision, label
 from engine.text.display import against, number
-
-#: a tie-break rule as (description, key: larger is preferred, value shown in the verdict)
-Rule = tuple[str, Callable[[CandidateResult], float], Callable[[CandidateResult], str]]
-
-
-def label(result: CandidateResult) -> str:
-    return f"#{result.candidate.id.split('/')[-1]}"
 
 
 def describe(result: CandidateResult | None, metric: str, interval: Interval, other: float | None = None) -> str:
@@ -31,14 +25,6 @@ def describe(result: CandidateResult | None, metric: str, interval: Interval, ot
     if interval.low != interval.high:
         figure += f" [{number(interval.low)}, {number(interval.high)}]"
     return figure if result is None else f"{label(result)} {figure}"
-
-
-def decider(rules: list[Rule], winner: CandidateResult, loser: CandidateResult) -> str:
-    """The first tie-break rule that separates ``winner`` from ``loser``, with both values."""
-    for description, key, show in rules:
-        if key(winner) != key(loser):
-            return f"{description} ({show(winner)} vs {show(loser)})"
-    return "its place in the workflow's candidate order (no tie-break rule separated them)"
 
 
 @dataclass
@@ -81,9 +67,9 @@ class Standing:
         return f"select.tie_within {self.margin:.0%}"
 
 
-def write_verdicts(feasible: list[CandidateResult], ranked: list[CandidateResult], standing: Standing, rules: list[Rule]) -> None:
+def write_verdicts(feasible: list[CandidateResult], ranked: list[CandidateResult], standing: Standing, decision: Decision) -> None:
     """Why the chosen one (``ranked[0]``; ``ranked`` are those tied with the best) won, and why
-    every other feasible candidate lost."""
+    every other feasible candidate lost (``decision``: engine.select.ties)."""
     chosen, metric, margined = ranked[0], standing.metric, standing.by_margin
     mine = standing.interval(chosen)
     if len(feasible) == 1:
@@ -97,21 +83,20 @@ def write_verdicts(feasible: list[CandidateResult], ranked: list[CandidateResult
         )
     elif chosen.candidate.id in margined:
         chosen.verdict = (
-            f"{standing.gap(chosen)}; tied with it only by {standing.allowance}, which the workflow sets; "
-            f"chosen for {decider(rules, chosen, standing.best)}"
+            f"{standing.gap(chosen)}; tied with it only by {standing.allowance}, which the workflow sets; {decision.chosen_for}"
         )
     else:
         others = ", ".join(describe(r, metric, standing.interval(r)) for r in ranked[1:])
         within = f"within noise or {standing.allowance}" if any(r.candidate.id in margined for r in ranked[1:]) else "within noise"
-        chosen.verdict = f"tied {within} ({describe(chosen, metric, mine)}) with {others}; chosen for {decider(rules, chosen, ranked[1])}"
+        chosen.verdict = f"tied {within} ({describe(chosen, metric, mine)}) with {others}; {decision.chosen_for}"
     for result in feasible:
         if result is not chosen:
-            result.verdict = _loser(result, chosen, ranked, standing, rules)
+            result.verdict = _loser(result, chosen, ranked, standing, decision)
 
 
-def _loser(result: CandidateResult, chosen: CandidateResult, tied: list[CandidateResult], standing: Standing, rules: list[Rule]) -> str:
+def _loser(result: CandidateResult, chosen: CandidateResult, tied: list[CandidateResult], standing: Standing, decision: Decision) -> str:
     margined, best = standing.by_margin, standing.best
-    lost = decider(rules, chosen, result)
+    lost = decision.lost.get(result.candidate.id, "")
     if result is best and chosen.candidate.id in margined:
         return (
             f"the best on {standing.metric}, {standing.behind(chosen):.1%} ahead of the chosen {label(chosen)}, which "

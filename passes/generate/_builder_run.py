@@ -64,7 +64,15 @@ def adjust_config(config: Any) -> Any:
     - Gemma 3: transformers 5 keeps one RoPE dict per layer type in ``rope_parameters``
       (``sliding_attention``, ``full_attention``); the builder reads a flat dict (the global
       layers') and ``rope_local_base_freq`` (the sliding layers' theta).
+    - A sliding window longer than the context (a config that keeps transformers' default window,
+      Gemma 2's 4096, over ``max_position_embeddings`` 512): no position can look further back than
+      the context, so a window of the context's length is the same model; the builder would bake
+      the longer window into every attention node (``local_window_size``) and ask for a cache that
+      long, which GenAI refuses ("max_length (4096) cannot be greater than model context_length (512)").
     """
+    window, context = getattr(config, "sliding_window", None), getattr(config, "max_position_embeddings", None)
+    if isinstance(window, int) and isinstance(context, int) and 0 < context < window:
+        config.sliding_window = context
     rope = getattr(config, "rope_parameters", None)
     if getattr(config, "model_type", None) == "phi3" and isinstance(rope, dict) and rope.get("rope_type") != "longrope":
         config.original_max_position_embeddings = config.max_position_embeddings

@@ -98,7 +98,7 @@ def test_candidates_within_noise_are_tied_and_the_higher_fidelity_wins(tmp_path,
     assert b.chosen and not a.chosen
     assert b.tied_with == ["cpu/1"]
     assert "tied within noise" in b.verdict
-    assert "chosen for higher fidelity.cosine_mean (0.997 vs 0.993)" in b.verdict
+    assert "chosen for higher fidelity.cosine_mean (#2 0.997 vs #1 0.993, the paired difference on the same samples" in b.verdict
     assert a.verdict.startswith("tied with the chosen #2 (within noise); lost on higher fidelity.cosine_mean")
 
 
@@ -114,13 +114,17 @@ def test_the_choice_does_not_depend_on_the_order_or_the_noise_between_runs(tmp_p
 
 
 def test_size_then_passes_break_a_tie_the_constraints_cannot(tmp_path, tiny_onnx, ref) -> None:
+    """Fewer passes decide only where the objective's estimates are equal (here: the same rounds)."""
     big = result(tmp_path, 1, speedup=spread(1.5, 0.05, seed=3), cosines=[0.995] * 32, size=4000)
     small = result(tmp_path, 2, speedup=spread(1.5, 0.05, seed=4), cosines=[0.995] * 32, size=1000, passes=3)
-    short = result(tmp_path, 3, speedup=spread(1.5, 0.05, seed=5), cosines=[0.995] * 32, size=1000, passes=1)
+    short = result(tmp_path, 3, speedup=spread(1.5, 0.05, seed=4), cosines=[0.995] * 32, size=1000, passes=1)
     select(resolved_with(tmp_path, tiny_onnx), [ref, big, small, short])
     assert short.chosen
-    assert "chosen for fewer passes (1 passes vs 3 passes)" in short.verdict
-    assert "lost on smaller model" in big.verdict
+    assert "chosen for fewer passes (1 vs 3; equal estimates of latency.speedup)" in short.verdict
+    assert (
+        "lost on smaller model (#2 0.00 MB (1,000 bytes) vs #1 0.00 MB (4,000 bytes), 75.0% apart, more than select.size_margin 2%)"
+        in big.verdict
+    )
 
 
 def test_a_declared_tie_break_metric_decides(tmp_path, tiny_onnx, ref) -> None:
@@ -263,3 +267,118 @@ def test_the_reference_meets_a_drop_constraint_whatever_its_own_uncertainty(tmp_
     select(resolved, [reference, slower])
     assert reference.feasible and reference.violations == []
     assert reference.chosen and not slower.chosen
+
+
+def _noisy_fidelity(seed: int, n: int = 64) -> list[float]:
+    """Per-sample fidelity of one model: the samples' own difficulty plus a little noise of its own,
+    so two models' paired difference holds 0 while their point estimates differ."""
+    difficulty = np.random.default_rng(42).uniform(0.97, 1.0, n)
+    return list(difficulty + np.random.default_rng(seed).normal(0, 0.002, n))
+
+
+def test_a_tie_on_noise_goes_to_the_better_estimate_not_size_or_fidelitys_point_estimate(tmp_path, tiny_onnx, ref) -> None:
+    """The issue's run: RTN 4.17x [3.97, 4.49] vs builder 4.57x [4.42, 4.62] tied; the tie went to
+    the higher fidelity point estimate (inside both intervals) and then to a model 0.005% smaller.
+    Neither difference is measurable or material, so the better estimate (10% faster) decides."""
+    rtn_fidelity, builder_fidelity = _noisy_fidelity(1), _noisy_fidelity(2)
+    if np.mean(rtn_fidelity) < np.mean(builder_fidelity):
+        rtn_fidelity, builder_fidelity = builder_fidelity, rtn_fidelity
+    rtn = result(tmp_path, 1, speedup=spread(4.35, 0.45, seed=1), cosines=rtn_fidelity, size=606_347)
+    builder = result(tmp_path, 2, speedup=spread(4.55, 0.15, seed=2), cosines=builder_fidelity, size=606_319)
+    builder_big = result(tmp_path, 3, speedup=spread(4.45, 0.45, seed=3), cosines=builder_fidelity, size=606_348)
+    resolved = resolved_with(tmp_path, tiny_onnx, constraints=[{"metric": "fidelity.cosine_mean", "min": 0.9}])
+    select(resolved, [ref, rtn, builder_big, builder])
+    speed = {r.candidate.id: r.intervals["latency.speedup"] for r in (rtn, builder, builder_big)}
+    assert speed["cpu/1"].overlaps(speed["cpu/2"])  # tied on the objective
+    assert rtn.metrics["fidelity.cosine_mean"] > builder.metrics["fidelity.cosine_mean"]  # the higher fidelity point estimate...
+    assert builder.metrics["latency.speedup"] > max(rtn.metrics["latency.speedup"], builder_big.metrics["latency.speedup"])
+    assert builder.chosen, builder.verdict  # ...does not decide: the better estimate does
+    assert "chosen for the better estimate of latency.speedup" in builder.verdict
+    assert "lost on the better estimate of latency.speedup" in rtn.verdict
+    assert "higher fidelity" not in builder.verdict and "smaller model" not in builder.verdict
+
+
+def test_the_runoff_decides_before_any_rule(tmp_path, tiny_onnx, ref) -> None:
+    from engine.select.ties import runoff_json
+
+    leader = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.999] * 32, size=1000)
+    other = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.993] * 32, size=4000)
+    # timed again, paired: the other is 1.09x as fast as the first estimate's best
+    leader.runoffs["cpu/2"] = runoff_json(1 / 1.09, 1 / 1.13, 1 / 1.04, 0.95)
+    other.runoffs["cpu/1"] = runoff_json(1.09, 1.04, 1.13, 0.95)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, leader, other])
+    assert other.chosen, other.verdict  # although larger and of lower fidelity
+    assert "won the runoff: #2 1.09x [1.04, 1.13] as fast as #1, paired" in other.verdict
+    assert leader.verdict.startswith("tied with the chosen #2 (within noise); lost on the runoff (#2 1.09x [1.04, 1.13]")
+
+
+def test_a_runoff_that_cannot_decide_leaves_the_rules_then_its_paired_estimate(tmp_path, tiny_onnx, ref) -> None:
+    from engine.select.ties import runoff_json
+
+    leader = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32)
+    other = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32)
+    leader.runoffs["cpu/2"] = runoff_json(1 / 1.01, 1 / 1.04, 1 / 0.98, 0.95)
+    other.runoffs["cpu/1"] = runoff_json(1.01, 0.98, 1.04, 0.95)
+    select(resolved_with(tmp_path, tiny_onnx), [ref, leader, other])
+    assert other.chosen, other.verdict  # the pooled paired estimate, not the first one (which had #1 ahead)
+    assert "chosen for the runoff's paired estimate (#2 1.01x [0.98, 1.04] as fast as #1" in other.verdict
+    # a measurable difference on a rule still comes before the runoff's estimate
+    other.samples["fidelity.cosine_mean"]["values"] = [0.990] * 32
+    other.metrics["fidelity.cosine_mean"], other.intervals = 0.990, {}
+    other.chosen = leader.chosen = False
+    select(resolved_with(tmp_path / "again", tiny_onnx), [ref, leader, other])
+    assert leader.chosen and "chosen for higher fidelity.cosine_mean (#1 0.995 vs #2 0.99" in leader.verdict
+
+
+@pytest.mark.parametrize(("margin", "smaller_wins"), [(None, True), (0.05, False)])
+def test_a_size_difference_counts_only_past_the_margin(tmp_path, tiny_onnx, ref, margin, smaller_wins) -> None:
+    fast = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32, size=10_300)
+    small = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32, size=10_000)  # 2.9% smaller
+    options = {} if margin is None else {"size_margin": margin}
+    select(resolved_with(tmp_path, tiny_onnx, **options), [ref, fast, small])
+    assert small.chosen is smaller_wins and fast.chosen is not smaller_wins
+    if smaller_wins:
+        assert "chosen for smaller model (#2 0.01 MB (10,000 bytes) vs #1 0.01 MB (10,300 bytes), 2.9% apart" in small.verdict
+    else:
+        assert "chosen for the better estimate of latency.speedup" in fast.verdict
+
+
+def test_runoff_and_size_margin_options_are_validated(tmp_path, tiny_onnx) -> None:
+    from engine.core.errors import InputError
+    from engine.workflow.schema import SelectSpec
+
+    default = SelectSpec(objective={"metric": "latency.p50_ms"})
+    assert default.runoff_budget is not None and (default.runoff_budget.max_time_s, default.runoff_budget.precision) == (30.0, 0.02)
+    assert default.size_margin == 0.02
+    budget = resolved_with(tmp_path / "on", tiny_onnx, runoff=True).spec.select.runoff_budget
+    assert budget is not None and budget.max_time_s == 30.0
+    assert resolved_with(tmp_path / "off", tiny_onnx, runoff=False).spec.select.runoff_budget is None
+    assert resolved_with(tmp_path / "set", tiny_onnx, runoff={"max_time_s": 20}).spec.select.runoff_budget.max_time_s == 20
+    for name, (options, where) in enumerate(
+        [
+            ({"runoff": "yes"}, "select.runoff"),
+            ({"runoff": {"max_time_s": 0}}, "select.runoff"),
+            ({"runoff": {"rounds": 3}}, "select.runoff"),
+            ({"runoff": {"precision": 1.5}}, "select.runoff"),
+            ({"size_margin": 1.5}, "select.size_margin"),
+            ({"size_margin": -0.1}, "select.size_margin"),
+        ]
+    ):
+        with pytest.raises(InputError) as caught:
+            resolved_with(tmp_path / str(name), tiny_onnx, **options)
+        assert any(p.where.startswith(where) for p in caught.value.problems), (options, caught.value.problems)
+
+
+def test_the_runoff_is_asked_for_the_best_and_each_candidate_tied_with_it_on_a_timing_objective(tmp_path, tiny_onnx, ref) -> None:
+    from engine.select.select import runoff_pairs
+
+    best = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32)
+    tied = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32)
+    clear = result(tmp_path, 3, speedup=spread(1.10, 0.01, seed=3), cosines=[0.995] * 32)
+    failing = result(tmp_path, 4, speedup=spread(1.51, 0.06, seed=4), cosines=[0.5] * 32)  # breaks the constraint
+    results = [ref, best, tied, clear, failing]
+    on = resolved_with(tmp_path / "on", tiny_onnx, runoff=True)
+    assert [(a.candidate.id, b.candidate.id) for a, b in runoff_pairs(on, results)] == [("cpu/1", "cpu/2")]
+    assert runoff_pairs(resolved_with(tmp_path / "off", tiny_onnx, runoff=False), results) == []
+    quality = resolved_with(tmp_path / "quality", tiny_onnx, runoff=True, objective={"metric": "fidelity.cosine_mean", "goal": "max"})
+    assert runoff_pairs(quality, results) == []  # measured on the same samples every time: nothing to time again

@@ -13,6 +13,7 @@ import pytest
 from decoders import BARE, bare_decoder, greedy, torch_logits
 
 from engine.core import ModelArtifact, PassContext
+from engine.core.errors import KilnError
 from engine.core.evaluator import EvalContext
 from evaluators.generation import GenerationEvaluator
 from evaluators.latency import Latency
@@ -117,6 +118,34 @@ def test_the_builder_is_handed_the_config_as_it_reads_it() -> None:
     gemma3 = adjust_config(transformers.Gemma3TextConfig())
     assert gemma3.rope_parameters["rope_type"] == "default" and gemma3.rope_parameters["rope_theta"] == 1_000_000.0
     assert gemma3.rope_local_base_freq == 10_000.0
+    # Gemma 2's default window (4096) over a 512-token context: the window is the context
+    assert transformers.Gemma2Config().sliding_window == 4096
+    gemma2 = adjust_config(transformers.Gemma2Config(max_position_embeddings=512))
+    assert gemma2.sliding_window == 512
+    assert adjust_config(transformers.Gemma2Config(max_position_embeddings=512, sliding_window=32)).sliding_window == 32
+
+
+@pytest.mark.slow
+def test_a_sliding_window_longer_than_the_context_builds_a_model_that_evaluates(tmp_path: Path) -> None:
+    """The config keeps transformers' default window (4096) over a 512-token context: every
+    evaluation failed ("max_length (4096) cannot be greater than model context_length (512)")."""
+    hf = bare_decoder(tmp_path / "hf", "gemma2_default_window")
+    assert json.loads((hf / "config.json").read_text())["sliding_window"] == 4096
+    model = _run(GenaiBuild, {}, hf, tmp_path / "build").model
+    config = json.loads((Path(model.path) / "genai_config.json").read_text())["model"]
+    assert config["context_length"] == 512 and config["decoder"]["sliding_window"]["window_size"] == 512
+    target = TARGETS["genai"]()
+    session = target.open_session(model)
+    try:
+        assert session.details["sliding_window"] == 512 and session.details["context_length"] == 512
+        assert session.generate(PROMPT, 5).tokens == greedy(hf, PROMPT, 5)
+        with pytest.raises(KilnError, match=r"need 513 positions, more than the model's context \(context_length 512"):
+            session.generate(list(range(1, 509)), 5)
+    finally:
+        session.close()
+    assert target.inference_settings(session.details)["search"]["min_max_length"] == 512
+    _, generation = _evaluate(model, tmp_path / "genai", "genai")
+    assert generation["decode_tokens_per_s"] > 0
 
 
 def test_a_decoder_is_timed_on_its_ids_alone() -> None:

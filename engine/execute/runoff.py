@@ -1,0 +1,100 @@
+"""The runoff: before the final selection, the candidates tied on a timing objective are timed
+again, paired, so that a tie is broken by a measurement where one can decide it.
+
+engine.select.select.runoff_pairs names the pairs (per target: the best first estimate and each
+candidate tied with it). Each pair is one evaluation job: the objective's evaluator (latency,
+throughput, generation: they time a candidate against a reference in interleaved rounds in one
+worker, so drift hits both alike) with the first model as the candidate and the other as its
+reference, its stopping rule set by ``select.runoff`` (``max_time_s``: the budget; ``precision``:
+stop once the paired ratio's interval is within that fraction, so a larger difference is
+decided). The job is keyed like every evaluation: both models' digests, the target's fingerprint
+with the host's, the settings, so a re-run or a resumed run reuses it (and so chooses the same
+bytes), and its record sits in the store beside the others. What it measured is kept on both
+candidates (``CandidateResult.runoffs``, in candidates.json) and engine.select.ties reads it.
+
+A pair whose candidate runs with searched session settings is not run off (the reference side
+would run on the target as written, not as that candidate ran): its tie goes to the rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from engine.core.stats import bootstrap
+from engine.execute.runner import Runner
+from engine.plan.jobs import EvalSpec
+from engine.select.results import CandidateResult
+from engine.select.select import paired_metric, runoff_pairs
+from engine.select.ties import runoff_json
+
+log = logging.getLogger(__name__)
+
+#: the evaluator options a runoff sets (engine.core's ComparisonRules, shared by the timing evaluators that compare)
+BUDGET_OPTIONS = ("max_time_s", "precision")
+
+
+def run_runoffs(runner: Runner) -> int:
+    """Run the runoffs the current results call for (store first); returns how many pairs were measured."""
+    resolved = runner.resolved
+    budget = resolved.spec.select.runoff_budget
+    plan_order = {c.id: i for i, c in enumerate(runner.plan.candidates)}  # the order the final selection sees
+    results = sorted(runner.results.values(), key=lambda r: plan_order.get(r.candidate.id, len(plan_order)))
+    pairs = runoff_pairs(resolved, results)
+    if budget is None or not pairs:
+        return 0
+    # the paired figure itself (latency.speedup), never the ranking metric of all results, which falls
+    # back to the objective (p50_ms) when a failed or untimed candidate lacks the paired figure
+    metric = paired_metric(resolved, resolved.spec.select.primary.metric)
+    if metric is None:
+        return 0
+    eval_id, _, name = metric.partition(".")
+    spec = next((s for s in runner.evaluations if s.id == eval_id), None)
+    if spec is None or not all(option in spec.evaluator_cls.Config.model_fields for option in BUDGET_OPTIONS):
+        log.info("no runoff: evaluation %s has no %s to set", eval_id, " or ".join(BUDGET_OPTIONS))
+        return 0
+    runoff = dataclasses.replace(spec, config={**spec.config, "max_time_s": budget.max_time_s, "precision": budget.precision})
+    measured = 0
+    for first, second in pairs:
+        if first.candidate.settings or second.candidate.settings:
+            continue
+        if second.candidate.id in first.runoffs:
+            continue
+        if _measure(runner, runoff, name, first, second):
+            measured += 1
+    return measured
+
+
+def _measure(runner: Runner, spec: EvalSpec, name: str, first: CandidateResult, second: CandidateResult) -> bool:
+    fetched, key = runner.measure_pair(spec, first, second)
+    if fetched.status == "failed":
+        log.warning(
+            "the runoff of %s against %s failed (its tie goes to the rules): %s", first.candidate.id, second.candidate.id, fetched.error
+        )
+        return False
+    figures = _interval(fetched.record, name, runner.resolved.spec.select.confidence, float(spec.config.get("confidence", 0.95)))
+    if figures is None:
+        log.warning("the runoff of %s against %s measured no %s", first.candidate.id, second.candidate.id, name)
+        return False
+    estimate, low, high, confidence = figures
+    values = fetched.record.get("values") or {}
+    shared = {"metric": f"{spec.id}.{name}", "key": key, "status": fetched.status, "rounds": values.get("rounds")}
+    first.runoffs[second.candidate.id] = runoff_json(estimate, low, high, confidence, **shared)
+    second.runoffs[first.candidate.id] = runoff_json(1 / estimate, 1 / high, 1 / low, confidence, **shared, inverted=True)
+    return True
+
+
+def _interval(record: dict[str, Any], name: str, confidence: float | None, own: float) -> tuple[float, float, float, float] | None:
+    """The paired ratio's estimate and interval: the evaluator's own bounds (``<name>_low`` /
+    ``_high``, at its own confidence ``own``), else bootstrapped from its samples at the workflow's."""
+    values, samples = record.get("values") or {}, (record.get("samples") or {}).get(name)
+    if name not in values or values[name] <= 0:
+        return None
+    if f"{name}_low" in values and f"{name}_high" in values and values[f"{name}_low"] > 0:
+        return values[name], values[f"{name}_low"], values[f"{name}_high"], own
+    if samples and samples.get("values") and confidence is not None:
+        interval = bootstrap(samples["values"], samples.get("statistic", "median"), confidence, 0, samples.get("groups"))
+        if interval.low > 0:
+            return interval.estimate, interval.low, interval.high, confidence
+    return values[name], values[name], values[name], confidence or 0.95

@@ -1,0 +1,109 @@
+"""The runoff on a tiny real ONNX model: the candidates tied on the timing objective are timed
+again, paired, in real worker processes; the runoff is an evaluation job like the others (keyed,
+stored, counted), and a re-run reuses it and chooses the same bytes."""
+
+from __future__ import annotations
+
+import json
+
+from engine_helpers import tiny_workflow, write_workflow
+
+from engine.execute.runner import Runner
+from engine.execute.runoff import run_runoffs
+from engine.run import run_workflow
+from engine.search.search import search
+from engine.store.store import Store
+from engine.workflow import load_workflow
+
+
+def _workflow(tmp_path, tiny_onnx, runoff):  # type: ignore[no-untyped-def]
+    workflow = tiny_workflow(tiny_onnx)
+    # every timed candidate tied with the best (a margin of 99%), so the best is run off against each
+    workflow["select"] = {**workflow["select"], "tie_within": 0.99, "runoff": runoff}
+    return load_workflow(write_workflow(tmp_path, workflow))
+
+
+def test_the_tied_leaders_are_run_off_and_a_rerun_reuses_it(tmp_path, tiny_onnx) -> None:
+    resolved = _workflow(tmp_path, tiny_onnx, {"max_time_s": 5, "precision": 0.05})
+    store = Store(tmp_path / "store")
+    first = run_workflow(resolved, store)
+    complete = [r for r in first.results if r.state == "complete" and r.feasible]
+    assert len(complete) == 3  # the reference and two INT8 models
+    best = max(complete, key=lambda r: r.metrics["latency.speedup"])
+    others = [r for r in complete if r is not best]
+    assert sorted(best.runoffs) == sorted(r.candidate.id for r in others)
+    assert first.stats.evals_run == 6 + 2  # two runoffs, each one evaluation job
+    for other in others:
+        mine, theirs = best.runoffs[other.candidate.id], other.runoffs[best.candidate.id]
+        assert mine["metric"] == "latency.speedup" and mine["status"] == "ran"
+        assert mine["low"] <= mine["estimate"] <= mine["high"]
+        assert theirs["estimate"] == 1 / mine["estimate"] and theirs["key"] == mine["key"]
+        record = store.lookup(mine["key"])  # stored like any evaluation
+        assert record is not None and record["values"]["speedup"] == mine["estimate"]
+    chosen = next(r for r in first.results if r.chosen)
+    assert "runoff" in chosen.verdict, chosen.verdict
+    second = run_workflow(resolved, store)
+    assert second.stats.evals_run == 0 and second.stats.evals_cached == 6 + 2
+    again = {r.candidate.id: r for r in second.results}
+    assert all(again[best.candidate.id].runoffs[o.candidate.id]["status"] == "hit" for o in others)
+    assert next(r for r in second.results if r.chosen).model.digest == chosen.model.digest
+    assert [r.verdict for r in second.results] == [r.verdict for r in first.results]
+
+
+def test_the_runoff_is_keyed_by_its_settings_and_can_be_turned_off(tmp_path, tiny_onnx) -> None:
+    off = _workflow(tmp_path / "off", tiny_onnx, False)
+    report = run_workflow(off, Store(tmp_path / "store"))
+    assert report.stats.evals_run == 6 and not any(r.runoffs for r in report.results)
+    # the same store, the runoff on: the first measurements are reused, only the runoffs run
+    on = _workflow(tmp_path / "on", tiny_onnx, {"max_time_s": 3, "precision": 0.2})
+    runner = Runner(on, Store(tmp_path / "store"))
+    try:
+        runner.materialize_datasets()
+        search(runner)
+        runner.datasets_done()
+        assert runner.stats.evals_run == 0
+        assert run_runoffs(runner) == 2 and runner.stats.evals_run == 2
+    finally:
+        runner.executor.close()
+    keys = {r["key"] for result in runner.results.values() for r in result.runoffs.values()}
+    assert len(keys) == 2
+    docs = [json.dumps(runner.store.lookup(key) or {}) for key in keys]
+    assert all('"speedup"' in doc for doc in docs)
+
+
+def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(tmp_path, tiny_onnx) -> None:
+    """A candidate that failed (no speedup) made the ranking metric of all results fall back to
+    p50_ms, and a runoff stored a pair's milliseconds as its ratio ("won the runoff: 140x")."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from test_select import resolved_with, result, spread
+
+    from engine.execute.evaluation import candidate_evaluations
+    from engine.execute.runner import Fetched
+    from engine.select.results import CandidateResult, CandidateState
+
+    resolved = resolved_with(tmp_path, tiny_onnx, runoff=True)
+    ref = result(tmp_path, 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+    a = result(tmp_path, 1, speedup=spread(1.52, 0.06, seed=1), cosines=[0.995] * 32)
+    b = result(tmp_path, 2, speedup=spread(1.50, 0.06, seed=2), cosines=[0.995] * 32)
+    failed = CandidateResult(candidate=dataclasses.replace(a.candidate, id="cpu/3"), label="c3", state=CandidateState.FAILED)
+    results = [ref, a, b, failed]
+    record = {"values": {"speedup": 1.03, "speedup_low": 0.99, "speedup_high": 1.07, "p50_ms": 140.0, "rounds": 12.0}, "samples": {}}
+    asked = []
+
+    def measure_pair(spec, first, second):  # type: ignore[no-untyped-def]
+        asked.append((spec.id, spec.config["max_time_s"], first.candidate.id, second.candidate.id))
+        return Fetched("ran", record), "k"
+
+    runner = SimpleNamespace(
+        resolved=resolved,
+        results={r.candidate.id: r for r in results},
+        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
+        evaluations=candidate_evaluations(resolved),
+        measure_pair=measure_pair,
+    )
+    assert run_runoffs(runner) == 1  # type: ignore[arg-type]
+    assert asked == [("latency", 30.0, "cpu/1", "cpu/2")]
+    assert a.runoffs["cpu/2"]["estimate"] == 1.03 and a.runoffs["cpu/2"]["metric"] == "latency.speedup"
+    assert b.runoffs["cpu/1"]["estimate"] == 1 / 1.03
