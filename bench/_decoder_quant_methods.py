@@ -9,8 +9,10 @@
   MatMulNBits from the checkpoint's own codes.
 - Weight quantization of the FP32 ONNX model (``int4_weights``): k-quant and HQQ.
 
-The language-model head stays float in every method (Olive's default for the PyTorch quantizers;
-``/lm_head/MatMul`` is excluded from ``int4_weights`` to match), so sizes compare like with like.
+The language-model head is 4-bit in every method, at the method's group size: the PyTorch
+quantizers leave it float (Olive's default) and ``genai_build`` quantizes a checkpoint's float
+head with its own round-to-nearest at ``block_size``; ``int4_weights`` quantizes it with the
+method. Sizes compare like with like.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import Any
 KEYS = ("rtn", "gptq", "gptq_act_order", "quarot_rtn", "quarot_gptq", "selective_mixed_precision", "kquant", "hqq")
 #: methods whose result depends on a seed (calibration windows and/or the rotation)
 SEEDED = ("gptq", "gptq_act_order", "quarot_rtn", "quarot_gptq", "selective_mixed_precision")
-HEAD_NODE = "/lm_head/MatMul"
 
 
 @dataclass(frozen=True)
@@ -108,14 +109,18 @@ def quantized_checkpoint(model: Any, tok: Any, method: Method, windows: list[Any
     return out
 
 
-def genai_build(folder: Path, precision: str, out: Path) -> Any:
-    """``genai_build`` of a Hugging Face folder (a checkpoint's codes kept as MatMulNBits at int4)."""
+def genai_build(folder: Path, precision: str, out: Path, block_size: int = 32) -> Any:
+    """``genai_build`` of a Hugging Face folder (a checkpoint's codes kept as MatMulNBits at int4;
+    ``block_size``: the builder's own quantization of what the checkpoint left float, the head)."""
     from engine.core import ModelArtifact, PassContext
     from passes.generate.genai_build import GenaiBuild
 
     (out / "work").mkdir(parents=True)
     ctx = PassContext(step_id="build", workdir=out / "work", output_dir=out / "model")
-    return GenaiBuild(GenaiBuild.Config(precision=precision))(ModelArtifact.from_folder("hf", folder), ctx).model
+    config = (
+        GenaiBuild.Config(precision=precision, block_size=block_size) if precision != "fp32" else GenaiBuild.Config(precision=precision)
+    )
+    return GenaiBuild(config)(ModelArtifact.from_folder("hf", folder), ctx).model
 
 
 def onnx_weights(fp32: Any, method: Method, out: Path) -> Any:
@@ -125,7 +130,7 @@ def onnx_weights(fp32: Any, method: Method, out: Path) -> Any:
 
     (out / "work").mkdir(parents=True)
     ctx = PassContext(step_id="weights", workdir=out / "work", output_dir=out / "model")
-    config = Int4Weights.Config(**method.options, accuracy_level=4, nodes_to_exclude=[HEAD_NODE])
+    config = Int4Weights.Config(**method.options, accuracy_level=4)
     return Int4Weights(config)(fp32, ctx).model
 
 
@@ -133,7 +138,7 @@ def build_method(model: Any, tok: Any, method: Method, fp32: Any, windows: list[
     if method.kind == "onnx":
         return onnx_weights(fp32, method, out)
     checkpoint = quantized_checkpoint(model, tok, method, windows, seed, out / "checkpoint")
-    return genai_build(checkpoint, "int4", out)
+    return genai_build(checkpoint, "int4", out, block_size=method.options["group_size"])
 
 
 def weight_mb(artifact: Any) -> float:

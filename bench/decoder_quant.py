@@ -132,7 +132,7 @@ def main() -> None:  # long: a bench script reads best top to bottom
         f"PyTorch held-out perplexity {report['perplexity']} vs unigram {report['unigram_perplexity']}"
     )
     print(
-        f"4 bits, group {args.group_size}, asymmetric, lm_head float; {args.seeds} seed(s); GPTQ calibration {args.samples} x {spec.sequence} tokens"
+        f"4 bits, group {args.group_size}, asymmetric (the head too); {args.seeds} seed(s); GPTQ calibration {args.samples} x {spec.sequence} tokens"
     )
 
     with tempfile.TemporaryDirectory(prefix="decoder-quant-") as tmp:
