@@ -190,6 +190,7 @@ def main() -> None:  # long: a bench script reads best top to bottom
         "uniform4_small_groups_mb": results["uniform4_small_groups"]["size_mb"],
     }
     print("goals:", json.dumps(goals))
+    print(markdown(results, fp32_mb, fp32_rate, args.seeds))
     if args.json:
         payload = {
             "model": {"recipe": recipe, "folder": folder.name, **{k: v for k, v in report.items() if k != "activations"}},
@@ -208,6 +209,24 @@ def main() -> None:  # long: a bench script reads best top to bottom
         tmp_json.write_text(json.dumps(payload, indent=1) + "\n")
         os.replace(tmp_json, args.json)
         print(f"wrote {args.json}")
+
+
+def markdown(results: dict[str, dict[str, Any]], fp32_mb: float, fp32_rate: float, seeds: int) -> str:
+    """The docs' table (docs/benchmarks.md): one row per method."""
+    lines = [
+        f"| method | NLL increase over FP32 [95% CI] | chance spread ({seeds} seeds) | MB | decode tok/s |",
+        "|---|---|---|---|---|",
+        f"| FP32 | 0 (reference) | | {fp32_mb:.2f} | {fp32_rate:.0f} |",
+    ]
+    for name, entry in results.items():
+        low, high = entry["interval"]
+        spread = entry["chance_spread"]
+        chance = f"{spread[0]:+.4f} .. {spread[1]:+.4f}" if name in SEEDED else "(no seed)"
+        lines.append(
+            f"| {entry['label']} | {entry['nll_increase']:+.4f} [{low:+.4f}, {high:+.4f}] | {chance} | {entry['size_mb']:.2f} "
+            f"| {entry['decode_tokens_per_s']:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def _cpu_flags() -> list[str]:
