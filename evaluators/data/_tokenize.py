@@ -8,6 +8,8 @@ stay fast.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -92,20 +94,36 @@ def tokenizer_folder(source: str, option: str, input_model: ModelArtifact | None
     return folder
 
 
+@contextmanager
+def _hub_off() -> Iterator[None]:
+    """The hub switched off while transformers loads (nothing is ever downloaded), and the process's
+    environment given back as it was after: a process that reads a tokenizer may still use the Hub
+    for other work (an input model named by its Hub id)."""
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def load_tokenizer(source: str, folder: Path, trust_remote_code: bool = False) -> Any:
-    # Nothing is ever downloaded: the hub is switched off before transformers loads anything.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as error:
-        raise MissingDependency("transformers", f"the {source} data source") from error
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise source_error(
-            source, "tokenizer", f"transformers could not load a tokenizer from the folder: {error}", given=str(folder)
-        ) from error
+    with _hub_off():
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as error:
+            raise MissingDependency("transformers", f"the {source} data source") from error
+        try:
+            return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise source_error(
+                source, "tokenizer", f"transformers could not load a tokenizer from the folder: {error}", given=str(folder)
+            ) from error
 
 
 def input_tokenizer(source: str, cfg: TokenizedConfig, input_model: ModelArtifact | None) -> tuple[Any, Path]:
