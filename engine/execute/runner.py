@@ -307,24 +307,8 @@ class Runner:
             place = f"{target} {self.plan.label(result.candidate)}" if settings else target  # settings variants apart
             self.store.remember(self.plan.slot(result.candidate.jobs[-1], spec.id, place), key, key_doc)
 
-        environment = target_environment(self.resolved, target)
-
         def order() -> WorkOrder:
-            return WorkOrder(
-                kind="eval",
-                key=key,
-                key_doc=key_doc,
-                plugin=spec.plugin,
-                config=spec.config,
-                model=model,
-                reference=reference,
-                input_model=self.input,
-                target=target_ref(self.resolved, target, settings),
-                reference_target=target_ref(self.resolved, target) if settings and reference is not None else None,
-                datasets=self.datasets.inputs(spec.datasets),
-                python=environment.python if environment is not None else None,
-                environment=environment,
-            )
+            return self._eval_order(spec, key, key_doc, model, reference, target, settings)
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))
         if fetched.node is not None:
@@ -346,24 +330,10 @@ class Runner:
         assert first.model is not None and second.model is not None
         model, reference, target = first.model, second.model, first.candidate.target
         key, key_doc = self.eval_key(spec, model.digest, reference.digest, target)
-        environment = target_environment(self.resolved, target)
         name = f"{spec.id} (runoff against {second.candidate.id})"
 
         def order() -> WorkOrder:
-            return WorkOrder(
-                kind="eval",
-                key=key,
-                key_doc=key_doc,
-                plugin=spec.plugin,
-                config=spec.config,
-                model=model,
-                reference=reference,
-                input_model=self.input,
-                target=target_ref(self.resolved, target),
-                datasets=self.datasets.inputs(spec.datasets),
-                python=environment.python if environment is not None else None,
-                environment=environment,
-            )
+            return self._eval_order(spec, key, key_doc, model, reference, target)
 
         fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(first.candidate.id, name))
         if fetched.status == "failed":
@@ -373,6 +343,35 @@ class Runner:
         else:
             self.hooks.eval_done(first.candidate.id, name, fetched.status, fetched.record.get("duration_s"))
         return fetched, key
+
+    def _eval_order(
+        self,
+        spec: EvalSpec,
+        key: str,
+        key_doc: dict[str, Any],
+        model: ModelArtifact,
+        reference: ModelArtifact | None,
+        target: str,
+        settings: dict[str, Any] | None = None,
+    ) -> WorkOrder:
+        """The work order of one evaluation of ``model`` on ``target`` (with searched session
+        ``settings``, its reference then measured on the target as written)."""
+        environment = target_environment(self.resolved, target)
+        return WorkOrder(
+            kind="eval",
+            key=key,
+            key_doc=key_doc,
+            plugin=spec.plugin,
+            config=spec.config,
+            model=model,
+            reference=reference,
+            input_model=self.input,
+            target=target_ref(self.resolved, target, settings),
+            reference_target=target_ref(self.resolved, target) if settings and reference is not None else None,
+            datasets=self.datasets.inputs(spec.datasets),
+            python=environment.python if environment is not None else None,
+            environment=environment,
+        )
 
     def report(self, started: float) -> RunReport:
         order = {c.id: i for i, c in enumerate(self.plan.candidates)}

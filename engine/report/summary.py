@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from engine.store.store import file_mode
+from engine.store.store import write_text_atomic
 from engine.text.display import bound, number
 
 #: the version of the summary's shape (``kiln_summary`` in the document, ``$id`` of the schema)
@@ -236,16 +234,5 @@ def render(summary: Mapping[str, Any], fmt: str) -> str:
 
 def write_summary(path: Path, summary: Mapping[str, Any], fmt: str) -> Path:
     """Write ``summary`` to ``path`` as ``fmt``: a temporary file in the same folder, renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(render(summary, fmt))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, render(summary, fmt))
     return path

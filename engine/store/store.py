@@ -64,15 +64,19 @@ def file_mode() -> int:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    """Write ``value`` as JSON to ``path`` via a temporary file in the same folder + rename; the
-    file gets the mode any other new file gets (``file_mode``), not mkstemp's 0o600."""
+    """Write ``value`` as JSON to ``path`` atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder + rename; the file gets
+    the mode any other new file gets (``file_mode``), not mkstemp's 0o600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
