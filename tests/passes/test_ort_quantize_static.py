@@ -617,12 +617,14 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelArtifact, Dat
 
 
 @pytest.mark.slow
-def test_minilm_static_matmul_only_keeps_far_more_fidelity_than_all_ops(
+def test_minilm_static_all_ops_keeps_the_mask_in_float_and_matmul_only_stays_close(
     minilm: tuple[ModelArtifact, Dataset, Dataset], tmp_path: Path
 ) -> None:
     # Measured here (mean token cosine on 12 held-out sentences, MinMax on 32 sentences, U8S8):
-    # all op types 0.44 (the attention-mask Add and Softmax quantized; docs/stack.md: 0.35), MatMul only
-    # 0.89 (docs/stack.md: 0.90), MatMul only per-channel 0.92 from the cached ranges.
+    # all op types 0.44 while the attention mask's fill and the LayerNorm inputs were quantized
+    # (docs/stack.md: 0.35); 0.86 since ort_quantize keeps tensors whose range reaches 1e4 and each
+    # LayerNormalization with the Add feeding it in float; MatMul only 0.89 (docs/stack.md: 0.90),
+    # MatMul only per-channel 0.92 from the cached ranges.
     model, calibration, held_out = minilm
     cache = tmp_path / "cache"
     _, all_ops = _static(tmp_path, model, calibration, tag="all", cache=cache, calibration_batch_size=8)
@@ -639,8 +641,7 @@ def test_minilm_static_matmul_only_keeps_far_more_fidelity_than_all_ops(
     )
     all_ops_cosine = _token_cosine(model.model_file, all_ops.model.model_file, held_out)
     matmul_cosine = _token_cosine(model.model_file, matmul.model.model_file, held_out)
-    assert all_ops_cosine < 0.6
-    assert matmul_cosine > 0.85
-    assert matmul_cosine > all_ops_cosine + 0.3
+    assert all_ops_cosine > 0.75, all_ops_cosine  # 0.44 with the mask's fill quantized
+    assert matmul_cosine > 0.85, matmul_cosine
     assert matmul_pc.details["calibration"]["cached"] is True
     assert _token_cosine(model.model_file, matmul_pc.model.model_file, held_out) >= matmul_cosine - 0.01
