@@ -37,6 +37,10 @@ from passes.openvino._base import OpenVinoPass
 
 #: the pinned requirements of the export's environment (docs/passes.md, "openvino_optimum_convert")
 OPTIMUM_REQUIREMENTS = (
+    # optimum imports `datasets` where it can find it, and the main environment's (Kiln's hf_dataset
+    # source: datasets 5, which needs huggingface-hub >= 1.31) fails beside this hub: a datasets of
+    # this environment's own shadows it
+    "datasets==4.8.5",
     "huggingface-hub==1.21.0",
     "nncf==3.4.0",
     "openvino==2026.4.1",
