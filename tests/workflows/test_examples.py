@@ -55,7 +55,8 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     per_tensor = records["export → int8(mode=dynamic, per_channel=false)"]
     assert per_tensor["feasible"] is False and "fidelity.cosine_mean" in per_tensor["violations"][0]
     static_all = records["export → int8(mode=static, per_channel=false, calibration=calibration, op_types_to_quantize=null)"]
-    assert static_all["metrics"]["fidelity.cosine_mean"] < 0.8 and static_all["feasible"] is False
+    # (0.44 while the attention mask's fill was quantized; 0.85 since ort_quantize keeps it in float)
+    assert static_all["metrics"]["fidelity.cosine_mean"] < 0.99 and static_all["feasible"] is False
     fused = records["export → fuse"]["steps"][1]["details"]
     assert fused["fused_operators"]["Attention"] == 6
     # fidelity is judged on its lower bound over the held-out lines and the long paragraphs, and
