@@ -99,6 +99,8 @@ class Evaluator(ABC):
     #: the engine then judges a constraint on this evaluation's metrics on a few rows first and on
     #: every row only when the few cannot decide (engine.execute.stages); None: always every row
     stage_option: ClassVar[str | None] = None
+    #: rows the first look scores (a cheap row, such as a sentence's embedding, affords more)
+    stage_rows: ClassVar[int] = 8
     #: metrics better ranked through a paired figure measured against the reference in the same
     #: evaluation, ``{metric: paired metric}``; the paired metric is higher-is-better (latency:
     #: ``p50_ms`` is ranked by ``speedup``, the reference's time over the candidate's, round by round)

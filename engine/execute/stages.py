@@ -2,12 +2,13 @@
 few cannot decide.
 
 An evaluator that scores rows of a dataset one by one declares the option that takes the first N
-of them (``Evaluator.stage_option``: perplexity's and logit_fidelity's ``limit``). When a
+of them (``Evaluator.stage_option``: perplexity's and logit_fidelity's ``limit``, fidelity's
+``max_samples``) and how many the first look takes (``Evaluator.stage_rows``). When a
 constraint of the workflow names one of its metrics, the workflow judges intervals
 (``select.confidence``) and ``search.staged`` is on (the default), a candidate other than the
 reference is measured in up to two looks:
 
-1. on the first ``FIRST_ROWS`` rows. Each constraint on the evaluation's metrics is judged on the
+1. on the first ``stage_rows`` rows (``FIRST_ROWS`` unless the evaluator says). Each constraint on the evaluation's metrics is judged on the
    interval of those rows at the stricter confidence ``1 - (1 - c) / 2`` (``c``: the workflow's
    confidence; the error allowed is split between the two looks, Bonferroni):
 
@@ -26,7 +27,8 @@ at the stricter confidence to clear the bar entirely, and selection later judges
 at the workflow's own confidence, a narrower interval on the same rows, which therefore agrees.
 Each look is an evaluation with its own key (the option differs), so a re-run is served both from
 the store. A candidate far from the bar costs ``FIRST_ROWS`` rows instead of all of them; one near
-it costs both looks (the first rows twice). The reference is always measured on every row.
+it costs both looks (the first rows twice). The reference is always measured on every row. A
+dataset no longer than the first look is measured once.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from engine.workflow.schema import Constraint
 
 logger = logging.getLogger(__name__)
 
-#: rows the first look scores
+#: rows the first look scores, unless the evaluator says (``Evaluator.stage_rows``)
 FIRST_ROWS = 8
 #: the bootstrap's seed (selection's: the same samples always give the same interval)
 SEED = 0
@@ -62,10 +64,16 @@ def first_look(resolved: ResolvedWorkflow, spec: EvalSpec, reference: bool) -> E
         return None
     if resolved.spec.select.confidence is None or not _constraints(resolved, spec):
         return None
+    rows = first_rows(spec)
     limit = spec.config.get(option)
-    if limit is not None and limit <= FIRST_ROWS:
+    if limit is not None and limit <= rows:
         return None
-    return dataclasses.replace(spec, config={**spec.config, option: FIRST_ROWS})
+    return dataclasses.replace(spec, config={**spec.config, option: rows})
+
+
+def first_rows(spec: EvalSpec) -> int:
+    """How many rows the first look of ``spec`` scores."""
+    return int(getattr(spec.evaluator_cls, "stage_rows", FIRST_ROWS))
 
 
 def measure_staged(
@@ -84,17 +92,28 @@ def measure_staged(
     record, error = measure(first, reference_model)
     if record is None:
         return None, error  # what fails on the first rows fails on all of them
-    details = record.get("details") or {}
-    if int(details.get("rows", FIRST_ROWS + 1)) < FIRST_ROWS:
-        return _noted(record, f"the first look covered every row ({details['rows']})"), None
+    details, rows = record.get("details") or {}, first_rows(spec)
+    covered = _covered(details, rows)
+    if covered is not None:
+        return _noted(record, f"the first look covered every row ({covered})"), None
     side = decide(resolved, spec, record, reference)
     if side != "undecided":
-        logger.debug("%s of candidate %s %s its bar on the first %d rows", spec.id, result.candidate.id, side, FIRST_ROWS)
-        return _noted(record, f"{side} the constraints on the first {FIRST_ROWS} rows ({_strict(resolved):.1%} interval)"), None
+        logger.debug("%s of candidate %s %s its bar on the first %d rows", spec.id, result.candidate.id, side, rows)
+        return _noted(record, f"{side} the constraints on the first {rows} rows ({_strict(resolved):.1%} interval)"), None
     record, error = measure(spec, reference_model)
     if record is None:
         return None, error
-    return _noted(record, f"every row: the first {FIRST_ROWS} left the {_strict(resolved):.1%} interval across a bar"), None
+    return _noted(record, f"every row: the first {rows} left the {_strict(resolved):.1%} interval across a bar"), None
+
+
+def _covered(details: dict[str, Any], rows: int) -> int | None:
+    """The dataset's size where the first look scored all of it (perplexity's ``rows`` below the
+    look's, fidelity's ``dataset_size`` no larger than it), else None."""
+    if "rows" in details and int(details["rows"]) < rows:
+        return int(details["rows"])
+    if "dataset_size" in details and int(details["dataset_size"]) <= rows:
+        return int(details["dataset_size"])
+    return None
 
 
 def decide(resolved: ResolvedWorkflow, spec: EvalSpec, record: dict[str, Any], reference: CandidateResult | None) -> Side:

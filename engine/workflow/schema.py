@@ -207,7 +207,8 @@ class SearchSpec(_Strict):
     )
     staged: bool = Field(
         default=True,
-        description="Judge a constraint on a figure scored row by row (perplexity, logit_fidelity) on its first 8 rows first, "
+        description="Judge a constraint on a figure scored row by row on its first rows first (perplexity, logit_fidelity: 8; "
+        "fidelity: 16), "
         "and on every row only when the interval of those rows (at a stricter confidence) straddles the bar. false: every row, always.",
     )
     storage: str | None = Field(

@@ -47,25 +47,45 @@ def test_explain_plan_reports_misses_blocked_jobs_then_hits_and_what_changed(tmp
     assert [c.evaluations for c in changed.candidates["cpu"]] == [{"fidelity": HIT}, {"fidelity": MISS}]
 
 
-def test_a_staged_evaluation_settled_by_its_first_look_shows_as_a_hit(tmp_path, tiny_onnx, monkeypatch):
-    """A candidate whose bar was settled on the first rows has only that look in the store; `engine plan`
-    must not promise to measure it again (the fidelity evaluator is made staged here by its max_samples)."""
-    from engine.execute.stages import FIRST_ROWS
+def _staged(tmp_path, tiny_onnx, samples: int, bar: float = 0.5):
+    """A dynamic INT8 model judged on fidelity (the evaluator staged by its max_samples) over ``samples`` rows."""
     from evaluators.fidelity import Fidelity
 
-    monkeypatch.setattr(Fidelity, "stage_option", "max_samples")
+    assert Fidelity.stage_option == "max_samples"
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
-    workflow["data"]["rows"]["samples"] = 2 * FIRST_ROWS
+    workflow["data"]["rows"]["samples"] = samples
     workflow["steps"] = [{"id": "int8", "pass": "ort_quantize", "config": {"mode": "dynamic", "per_channel": True}}]
     workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}, {"id": "size", "evaluator": "size"}]
     workflow["select"] = {
         "objective": {"metric": "size.file_bytes", "goal": "min"},
-        "constraints": [{"metric": "fidelity.cosine_mean", "min": 0.5}],
+        "constraints": [{"metric": "fidelity.cosine_mean", "min": bar}],
     }
-    path = write_workflow(tmp_path, workflow)
+    return write_workflow(tmp_path, workflow)
+
+
+def test_a_dataset_no_longer_than_the_first_look_is_measured_once(tmp_path, tiny_onnx):
+    from evaluators.fidelity import Fidelity
+
+    path = _staged(tmp_path, tiny_onnx, Fidelity.stage_rows - 4, bar=0.999999)  # a bar the first look cannot settle
     store = Store(tmp_path / "store")
     report = run_workflow(load_workflow(path), store)
     quantized = next(r for r in report.results if not r.candidate.reference)
-    assert quantized.details["fidelity"]["samples"] == FIRST_ROWS  # settled on the first look alone
+    assert quantized.details["fidelity"]["samples"] == Fidelity.stage_rows - 4
+    assert "covered every row" in quantized.details["fidelity"]["stage"]
+    # that one look is the candidate's record (then rejected: nothing else is measured on it)
+    marks = [c.evaluations["fidelity"] for c in explain_plan(load_workflow(path), store).candidates["cpu"]]
+    assert marks == [HIT, HIT] and not quantized.feasible
+
+
+def test_a_staged_evaluation_settled_by_its_first_look_shows_as_a_hit(tmp_path, tiny_onnx):
+    """A candidate whose bar was settled on the first rows has only that look in the store; `engine plan`
+    must not promise to measure it again."""
+    from evaluators.fidelity import Fidelity
+
+    path = _staged(tmp_path, tiny_onnx, 2 * Fidelity.stage_rows)
+    store = Store(tmp_path / "store")
+    report = run_workflow(load_workflow(path), store)
+    quantized = next(r for r in report.results if not r.candidate.reference)
+    assert quantized.details["fidelity"]["samples"] == Fidelity.stage_rows  # settled on the first look alone
     after = explain_plan(load_workflow(path), store)
     assert all(c.evaluations == {"fidelity": HIT, "size": HIT} for c in after.candidates["cpu"])
