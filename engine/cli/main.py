@@ -17,7 +17,7 @@ from engine import __version__
 from engine.cli import exits
 from engine.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_CHOICE, EXIT_OK, EXIT_STORE_DAMAGED
 from engine.cli.fleet import run_command
-from engine.cli.recorded import recorded, summary_target
+from engine.cli.recorded import recorded, refused, summary_target
 from engine.core.errors import InputError, KilnError, Problem
 from engine.optimize import options as optimize_options
 from engine.text import display
@@ -307,10 +307,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from engine.olive.cli import olive_file, run_path
         from engine.workflow import load_workflow
 
-        resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
-        output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
-        check_output_dir(output)
-        store = _open_store(args, resolved)
+        try:
+            resolved = load_workflow(run_path(args.workflow) if olive_file(args.workflow) else args.workflow)
+            output = args.output or Path(resolved.spec.output.dir or os.path.join("out", resolved.name))
+            check_output_dir(output)
+            store = _open_store(args, resolved)
+        except KilnError as error:  # refused before it began: CI's summary still says why
+            refused(summary_target(args), Path(args.workflow), error, EXIT_STORE_DAMAGED if _store_damaged(error) else EXIT_BAD_INPUT)
+            raise
         preload_if_new(resolved, store)  # then the rest of the engine loads here while the workers import
         from engine.execute.hooks import EventLog, Fanout
         from engine.report.emit import write_outputs

@@ -98,3 +98,24 @@ def _write(
         write_summary(path, document, fmt)
     except OSError as error:
         print(f"warning: the summary could not be written to {path}: {error.strerror or error}", file=sys.stderr)
+
+
+def refused(summary: SummaryTarget | None, workflow: Path, error: Exception, code: int) -> None:
+    """The summary of a run refused before it began (an invalid workflow, an output folder or store
+    it cannot use: exit 2, or 4 for a damaged store): no run id, no targets, the first problem as
+    the reason, so a CI job's summary says why instead of going missing."""
+    if summary is None:
+        return
+    from engine.core.errors import InputError
+    from engine.report.summary import build_summary, write_summary
+
+    first = error.problems[0].render() if isinstance(error, InputError) and error.problems else str(error)
+    more = len(error.problems) - 1 if isinstance(error, InputError) else 0
+    reason = first.replace("\n    ", "; ") + (f" (and {more} more problem(s) on stderr)" if more > 0 else "")
+    row = {"id": None, "name": workflow.stem, "workflow_path": str(workflow), "status": "refused", "exit_code": code}
+    row |= {"exit_reason": reason, "targets": [], "kiln_version": __version__}
+    path, fmt = summary
+    try:
+        write_summary(path, build_summary(row, None), fmt)
+    except OSError as failure:
+        print(f"warning: the summary could not be written to {path}: {failure.strerror or failure}", file=sys.stderr)

@@ -165,7 +165,7 @@ def build_summary(run: Mapping[str, Any], records: Mapping[str, Any] | None) -> 
         "exit": {
             "code": run.get("exit_code"),
             "status": run.get("status"),
-            "reason": _reason(run.get("exit_code"), run["status"], targets),
+            "reason": run.get("exit_reason") or _reason(run.get("exit_code"), run["status"], targets),
         },
         "select": None
         if not select

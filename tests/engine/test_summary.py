@@ -71,6 +71,21 @@ def test_a_failed_run_writes_its_markdown_summary_with_the_reason(tmp_path, tiny
     assert shown["targets"][0]["chosen"] is None and "met the constraints" in shown["targets"][0]["why_none"]
 
 
+def test_a_refused_workflow_still_writes_its_summary_with_the_first_problem(tmp_path, tiny_onnx) -> None:
+    """Exit 2 before the run begins (an unknown pass): the CI job's summary says why, valid
+    against the schema, with no run and no targets."""
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["steps"][0]["pass"] = "no_such_pass"
+    path = write_workflow(tmp_path, workflow)
+    summary = tmp_path / "summary.json"
+    done = _engine("run", str(path), "--store", str(tmp_path / "store"), "-q", "--summary", str(summary))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    written = _valid(json.loads(summary.read_text()))
+    assert written["exit"]["code"] == 2 and written["exit"]["status"] == "refused"
+    assert "no_such_pass" in written["exit"]["reason"] and str(path) in written["exit"]["reason"]
+    assert written["run"]["id"] is None and written["run"]["workflow_file"] == str(path) and written["targets"] == []
+
+
 def test_the_summary_schema_is_published_by_engine_schema(capsys) -> None:
     assert main(["schema", "--summary"]) == 0
     printed = json.loads(capsys.readouterr().out)
