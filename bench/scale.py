@@ -142,6 +142,7 @@ class TreeMemory:
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.peak_processes = pid, 0, 0
         self.single = 0  # the largest peak (VmHWM) of one process seen alive at a sample
+        self.largest = (0, 0.0)  # the largest resident memory of one process at a sample, and when (time.time())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -159,6 +160,9 @@ class TreeMemory:
             figures = [_memory(pid) for pid in pids]
             total = sum(rss for rss, _ in figures)
             self.single = max([self.single, *(hwm for _, hwm in figures)])
+            biggest = max((rss for rss, _ in figures), default=0)
+            if biggest > self.largest[0]:
+                self.largest = (biggest, time.time())
             if total > self.peak:
                 self.peak, self.peak_processes = total, len(pids)
             self._stop.wait(SAMPLE_S)
@@ -190,9 +194,9 @@ def _memory(pid: int) -> tuple[int, int]:
     return found["VmRSS:"], found["VmHWM:"]
 
 
-def run_engine(args: list[str], cwd: Path) -> tuple[float, int, int, subprocess.CompletedProcess[str]]:
-    """``python -m engine ARGS`` with its tree's memory sampled: wall seconds, peak of the tree's
-    summed RSS, the largest single process's peak RSS (bytes), the finished process."""
+def run_engine(args: list[str], cwd: Path) -> tuple[float, TreeMemory, subprocess.CompletedProcess[str]]:
+    """``python -m engine ARGS`` with its tree's memory sampled: wall seconds, the samples' figures
+    (peak of the tree's summed RSS, the largest single process's), the finished process."""
     started = time.perf_counter()
     with subprocess.Popen(
         [sys.executable, "-m", "engine", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -200,7 +204,22 @@ def run_engine(args: list[str], cwd: Path) -> tuple[float, int, int, subprocess.
         with TreeMemory(process.pid) as memory:
             out, err = process.communicate()
     wall = time.perf_counter() - started
-    return wall, memory.peak, memory.single, subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return wall, memory, subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def running_at(events: list[dict[str, Any]], moment: float) -> list[str]:
+    """The passes and evaluations running at ``moment`` (the events' clock, time.time())."""
+    opened: dict[str, float] = {}
+    found = []
+    for event in events:
+        name = event.get("job") or event.get("evaluation")
+        label = f"{event.get('candidate', '')} {name}".strip()
+        if event.get("event") in ("job_start", "eval_start"):
+            opened[label] = event["t"]
+        elif event.get("event") in ("job_end", "eval_end") and label in opened:
+            if opened.pop(label) <= moment <= event["t"]:
+                found.append(label)
+    return found
 
 
 def busy(events: list[dict[str, Any]], start: str, end: str, key: str) -> tuple[float, float, int]:
@@ -223,8 +242,8 @@ def busy(events: list[dict[str, Any]], start: str, end: str, key: str) -> tuple[
     return union, sum(e - b for b, e in spans), len(spans)
 
 
-def report(title: str, wall: float, peak: int, single: int, model_bytes: int, out: Path, done: subprocess.CompletedProcess[str]) -> None:
-    gb = 1024**3
+def report(title: str, wall: float, memory: TreeMemory, model_bytes: int, out: Path, done: subprocess.CompletedProcess[str]) -> None:
+    gb, peak, single = 1024**3, memory.peak, memory.single
     print(f"\n== {title}: exit {done.returncode}, {wall:.1f} s wall")
     events_file = out / "events.jsonl"
     events = read_events(events_file) if events_file.is_file() else []
@@ -235,6 +254,11 @@ def report(title: str, wall: float, peak: int, single: int, model_bytes: int, ou
         f"  peak memory  {peak / gb:8.2f} GiB, engine and workers together ({peak / model_bytes:.2f}x the fp32 model's {model_bytes / gb:.2f} GiB)"
     )
     print(f"               {single / gb:8.2f} GiB, the largest single process ({single / model_bytes:.2f}x)")
+    if memory.largest[0]:
+        jobs = running_at(events, memory.largest[1])
+        print(
+            f"               {memory.largest[0] / gb:8.2f} GiB in one process at a sample, while: {'; '.join(jobs) or 'no job (the engine)'}"
+        )
     candidates = out / "candidates.json"
     if candidates.is_file():
         for line in choice(json.loads(candidates.read_text())):
@@ -291,8 +315,8 @@ def main() -> None:
         print(f"built a {args.size} Llama decoder with random weights: {model_bytes / 1e9:.2f} GB of fp32 in {model}", flush=True)
         out = root / "out-decoder"
         optimize = ["optimize", str(model), "--device", "cpu", "--precision", "int4", "--store", str(root / "store-decoder"), "-q"]
-        wall, peak, single, done = run_engine([*optimize, "--output", str(out)], cwd=root)
-        report(f"engine optimize {args.size} decoder --precision int4", wall, peak, single, model_bytes, out, done)
+        wall, memory, done = run_engine([*optimize, "--output", str(out)], cwd=root)
+        report(f"engine optimize {args.size} decoder --precision int4", wall, memory, model_bytes, out, done)
         if args.encoder_2gb:
             size = "tiny" if args.size == "tiny" else "large"
             encoder = root / f"encoder-{size}"
@@ -300,10 +324,8 @@ def main() -> None:
             print(f"\nbuilt a {size} BERT encoder with random weights: {encoder_bytes / 1e9:.2f} GB of fp32", flush=True)
             workflow = encoder_workflow(root, encoder, ENCODERS[size]["vocab"])
             out = root / "out-encoder"
-            wall, peak, single, done = run_engine(
-                ["run", str(workflow), "--store", str(root / "store-encoder"), "-o", str(out), "-q"], root
-            )
-            report(f"engine run {workflow.name} ({size} encoder)", wall, peak, single, encoder_bytes, out, done)
+            wall, memory, done = run_engine(["run", str(workflow), "--store", str(root / "store-encoder"), "-o", str(out), "-q"], root)
+            report(f"engine run {workflow.name} ({size} encoder)", wall, memory, encoder_bytes, out, done)
             print(f"  chosen model: {chosen_loads(out, root)}")
 
 

@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from scale import DECODERS, TreeMemory, busy, choice  # noqa: E402
+from scale import DECODERS, TreeMemory, busy, choice, running_at  # noqa: E402
 
 
 def test_busy_time_is_the_union_of_spans_and_cached_jobs_are_left_out():
@@ -41,12 +41,24 @@ def test_evaluations_are_told_apart_by_candidate():
     assert busy(events, "eval_start", "eval_end", "evaluation") == (3.0, 5.0, 2)
 
 
+def test_the_jobs_running_at_the_memory_peak_are_named():
+    events = [
+        {"t": 0.0, "event": "job_start", "candidate": "", "job": "export"},
+        {"t": 1.0, "event": "eval_start", "candidate": "t/0", "evaluation": "perplexity"},
+        {"t": 2.0, "event": "job_end", "candidate": "", "job": "export"},
+        {"t": 4.0, "event": "eval_end", "candidate": "t/0", "evaluation": "perplexity"},
+    ]
+    assert running_at(events, 1.5) == ["export", "t/0 perplexity"]
+    assert running_at(events, 3.0) == ["t/0 perplexity"] and running_at(events, 5.0) == []
+
+
 def test_the_memory_sampler_counts_children():
     child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(200 * 2**20); time.sleep(1.5)"])
     with TreeMemory(os.getpid()) as memory:
         child.wait()
     assert memory.peak > 200 * 2**20 and memory.peak_processes >= 2
     assert memory.single > 200 * 2**20  # the child's own peak
+    assert memory.largest[0] > 200 * 2**20 and memory.largest[1] > 0  # when one process held the most
 
 
 def test_choice_marks_the_chosen_candidate():
