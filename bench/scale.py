@@ -207,39 +207,36 @@ def run_engine(args: list[str], cwd: Path) -> tuple[float, TreeMemory, subproces
     return wall, memory, subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-def running_at(events: list[dict[str, Any]], moment: float) -> list[str]:
-    """The passes and evaluations running at ``moment`` (the events' clock, time.time())."""
+def spans(events: list[dict[str, Any]], starts: tuple[str, ...], ends: tuple[str, ...]) -> list[tuple[str, float, float, str]]:
+    """Each job's span from ``events``: its label (candidate and job or evaluation), start and end
+    times (the events' clock, time.time()) and its end's status."""
     opened: dict[str, float] = {}
     found = []
     for event in events:
-        name = event.get("job") or event.get("evaluation")
-        label = f"{event.get('candidate', '')} {name}".strip()
-        if event.get("event") in ("job_start", "eval_start"):
+        label = f"{event.get('candidate', '')} {event.get('job') or event.get('evaluation') or ''}".strip()
+        if event.get("event") in starts:
             opened[label] = event["t"]
-        elif event.get("event") in ("job_end", "eval_end") and label in opened:
-            if opened.pop(label) <= moment <= event["t"]:
-                found.append(label)
+        elif event.get("event") in ends and label in opened:
+            found.append((label, opened.pop(label), event["t"], event.get("status", "ran")))
     return found
 
 
-def busy(events: list[dict[str, Any]], start: str, end: str, key: str) -> tuple[float, float, int]:
+def running_at(events: list[dict[str, Any]], moment: float) -> list[str]:
+    """The passes and evaluations running at ``moment``."""
+    return [
+        label for label, began, ended, _ in spans(events, ("job_start", "eval_start"), ("job_end", "eval_end")) if began <= moment <= ended
+    ]
+
+
+def busy(events: list[dict[str, Any]], start: str, end: str) -> tuple[float, float, int]:
     """Wall seconds during which at least one such job ran (their union), seconds summed over them, and how many ran."""
-    opened: dict[str, float] = {}
-    spans: list[tuple[float, float]] = []
-    for event in events:
-        label = f"{event.get('candidate', '')}/{event.get(key, '')}"
-        if event.get("event") == start:
-            opened[label] = event["t"]
-        elif event.get("event") == end and label in opened:
-            began = opened.pop(label)
-            if event.get("status", "ran") not in ("hit", "cached", "shared"):
-                spans.append((began, event["t"]))
+    ran = [(b, e) for _, b, e, status in spans(events, (start,), (end,)) if status not in ("hit", "cached", "shared")]
     union, reach = 0.0, float("-inf")
-    for began, ended in sorted(spans):
+    for began, ended in sorted(ran):
         if ended > reach:
             union += ended - max(began, reach)
             reach = ended
-    return union, sum(e - b for b, e in spans), len(spans)
+    return union, sum(e - b for b, e in ran), len(ran)
 
 
 def report(title: str, wall: float, memory: TreeMemory, model_bytes: int, out: Path, done: subprocess.CompletedProcess[str]) -> None:
@@ -247,8 +244,8 @@ def report(title: str, wall: float, memory: TreeMemory, model_bytes: int, out: P
     print(f"\n== {title}: exit {done.returncode}, {wall:.1f} s wall")
     events_file = out / "events.jsonl"
     events = read_events(events_file) if events_file.is_file() else []
-    for name, start, end, key in (("passes", "job_start", "job_end", "job"), ("evaluations", "eval_start", "eval_end", "evaluation")):
-        union, summed, count = busy(events, start, end, key)
+    for name, start, end in (("passes", "job_start", "job_end"), ("evaluations", "eval_start", "eval_end")):
+        union, summed, count = busy(events, start, end)
         print(f"  {name:<12} {union:8.1f} s wall ({summed:.1f} s summed over {count} jobs)")
     print(
         f"  peak memory  {peak / gb:8.2f} GiB, engine and workers together ({peak / model_bytes:.2f}x the fp32 model's {model_bytes / gb:.2f} GiB)"

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import __version__
 from engine.cli.exits import EXIT_BAD_INPUT, EXIT_BUG, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE_DAMAGED
-from engine.core.errors import KilnError
+from engine.core.errors import InputError, KilnError
 
 #: where a run's summary goes and as what: (path, "md" | "json")
 SummaryTarget = tuple[Path, str]
@@ -82,20 +82,29 @@ def _write(
     """The summary from the history's row (as ``engine show`` reads it); from the same facts in
     hand when the history could not record the run. A summary that cannot be written is a
     warning: the run's own exit code stands."""
-    from engine.report.summary import build_summary, write_summary
+    from engine.report.summary import build_summary
+
+    def document() -> dict[str, Any]:
+        if history is not None and run_id is not None:
+            run = history.find(run_id)
+            return build_summary(run.row, run["records"])
+        from engine.report.report_html import read_records
+
+        row = {"id": None, "name": resolved.name, "workflow_path": str(resolved.file), "status": status, "exit_code": code}
+        row |= {"wall_s": wall, "targets": list(resolved.targets), "output_dir": str(output), "kiln_version": __version__}
+        return build_summary(row, read_records(kept) if kept is not None and (kept / "candidates.json").is_file() else None)
+
+    _save(summary, document)
+
+
+def _save(summary: SummaryTarget, document: Callable[[], dict[str, Any]]) -> None:
+    """Write ``document()`` where ``summary`` says; a summary that cannot be read or written is a
+    warning on stderr (the run's own exit code stands)."""
+    from engine.report.summary import write_summary
 
     path, fmt = summary
     try:
-        if history is not None and run_id is not None:
-            run = history.find(run_id)
-            document = build_summary(run.row, run["records"])
-        else:
-            from engine.report.report_html import read_records
-
-            row = {"id": None, "name": resolved.name, "workflow_path": str(resolved.file), "status": status, "exit_code": code}
-            row |= {"wall_s": wall, "targets": list(resolved.targets), "output_dir": str(output), "kiln_version": __version__}
-            document = build_summary(row, read_records(kept) if kept is not None and (kept / "candidates.json").is_file() else None)
-        write_summary(path, document, fmt)
+        write_summary(path, document(), fmt)
     except OSError as error:
         print(f"warning: the summary could not be written to {path}: {error.strerror or error}", file=sys.stderr)
 
@@ -106,16 +115,11 @@ def refused(summary: SummaryTarget | None, workflow: Path, error: Exception, cod
     the reason, so a CI job's summary says why instead of going missing."""
     if summary is None:
         return
-    from engine.core.errors import InputError
-    from engine.report.summary import build_summary, write_summary
+    from engine.report.summary import build_summary
 
     first = error.problems[0].render() if isinstance(error, InputError) and error.problems else str(error)
     more = len(error.problems) - 1 if isinstance(error, InputError) else 0
     reason = first.replace("\n    ", "; ") + (f" (and {more} more problem(s) on stderr)" if more > 0 else "")
     row = {"id": None, "name": workflow.stem, "workflow_path": str(workflow), "status": "refused", "exit_code": code}
     row |= {"exit_reason": reason, "targets": [], "kiln_version": __version__}
-    path, fmt = summary
-    try:
-        write_summary(path, build_summary(row, None), fmt)
-    except OSError as failure:
-        print(f"warning: the summary could not be written to {path}: {failure.strerror or failure}", file=sys.stderr)
+    _save(summary, lambda: build_summary(row, None))

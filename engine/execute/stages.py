@@ -8,7 +8,7 @@ constraint of the workflow names one of its metrics, the workflow judges interva
 (``select.confidence``) and ``search.staged`` is on (the default), a candidate other than the
 reference is measured in up to two looks:
 
-1. on the first ``stage_rows`` rows (``FIRST_ROWS`` unless the evaluator says). Each constraint on the evaluation's metrics is judged on the
+1. on the first ``stage_rows`` rows. Each constraint on the evaluation's metrics is judged on the
    interval of those rows at the stricter confidence ``1 - (1 - c) / 2`` (``c``: the workflow's
    confidence; the error allowed is split between the two looks, Bonferroni):
 
@@ -26,7 +26,7 @@ A decision taken at the first look is never looser than judging every row: it ne
 at the stricter confidence to clear the bar entirely, and selection later judges the recorded rows
 at the workflow's own confidence, a narrower interval on the same rows, which therefore agrees.
 Each look is an evaluation with its own key (the option differs), so a re-run is served both from
-the store. A candidate far from the bar costs ``FIRST_ROWS`` rows instead of all of them; one near
+the store. A candidate far from the bar costs ``stage_rows`` rows instead of all of them; one near
 it costs both looks (the first rows twice). The reference is always measured on every row. A
 dataset no longer than the first look is measured once.
 """
@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from engine.core.artifact import ModelArtifact
+from engine.core.evaluator import Evaluator
 from engine.core.stats import Interval, bootstrap
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult
@@ -47,8 +48,8 @@ from engine.workflow.schema import Constraint
 
 logger = logging.getLogger(__name__)
 
-#: rows the first look scores, unless the evaluator says (``Evaluator.stage_rows``)
-FIRST_ROWS = 8
+#: rows the first look scores unless the evaluator says otherwise (``Evaluator.stage_rows``' default)
+FIRST_ROWS = Evaluator.stage_rows
 #: the bootstrap's seed (selection's: the same samples always give the same interval)
 SEED = 0
 

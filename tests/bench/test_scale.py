@@ -27,7 +27,7 @@ def test_busy_time_is_the_union_of_spans_and_cached_jobs_are_left_out():
         {"t": 10.0, "event": "job_start", "job": "d"},
         {"t": 12.0, "event": "job_end", "job": "d", "status": "ran"},
     ]
-    union, summed, count = busy(events, "job_start", "job_end", "job")
+    union, summed, count = busy(events, "job_start", "job_end")
     assert (union, summed, count) == (7.0, 10.0, 3)
 
 
@@ -38,7 +38,7 @@ def test_evaluations_are_told_apart_by_candidate():
         {"t": 2.0, "event": "eval_end", "candidate": "t/1", "evaluation": "size", "ok": True},
         {"t": 3.0, "event": "eval_end", "candidate": "t/0", "evaluation": "size", "ok": True},
     ]
-    assert busy(events, "eval_start", "eval_end", "evaluation") == (3.0, 5.0, 2)
+    assert busy(events, "eval_start", "eval_end") == (3.0, 5.0, 2)
 
 
 def test_the_jobs_running_at_the_memory_peak_are_named():
