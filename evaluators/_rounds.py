@@ -48,6 +48,8 @@ class RoundsConfig(Protocol):
     @property
     def confidence(self) -> float: ...
     @property
+    def stop_when_slower(self) -> bool: ...
+    @property
     def max_time_s(self) -> float: ...
     @property
     def busy_cores(self) -> float: ...
@@ -208,6 +210,8 @@ class Rounds:
         interval = self.interval()
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
+        if cfg.stop_when_slower and interval.high < 1:
+            return f"slower than the model compared with (the whole interval below 1: {interval.low:.3g}-{interval.high:.3g})"
         if rounds >= cfg.max_rounds:
             return f"max_rounds ({cfg.max_rounds}) reached"
         return ""

@@ -159,6 +159,14 @@ class ComparisonRules(EvaluatorConfig):
         description="Stop adding measurements once the speedup's confidence interval is within ± this fraction of the speedup (0.05 = ±5%).",
     )
     confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence of the interval the stopping rule uses.")
+    stop_when_slower: bool = Field(
+        default=True,
+        description=(
+            "Stop adding measurements once the whole interval of the speedup is below 1: the candidate is slower than the model it is "
+            "compared with (its target's reference, or the other side of a runoff), so it cannot win against it and a tighter "
+            "interval would decide nothing. false: measure until `precision` (or the budget) whatever the side."
+        ),
+    )
     max_time_s: float = Field(
         default=60.0, gt=0, le=86_400, description="Time budget for the measurements: stop adding them after this many seconds."
     )

@@ -221,6 +221,10 @@ class Windows:
             interval = self.interval()
             if interval.half_width <= cfg.precision * interval.estimate:
                 self.stop_reason = f"interval within ±{cfg.precision:.0%}"
+            elif cfg.stop_when_slower and interval.high < 1:
+                self.stop_reason = (
+                    f"slower than the model compared with (the whole interval below 1: {interval.low:.3g}-{interval.high:.3g})"
+                )
             elif len(self.kept) >= cfg.max_windows:
                 self.stop_reason = f"max_windows ({cfg.max_windows}) reached"
         return bool(self.stop_reason)

@@ -17,6 +17,19 @@ from engine.execute.outdir import is_partial_event_log
 from engine.plan.jobs import PassSpec
 from engine.select.results import CandidateResult, Stats
 
+#: the target whose search the calling thread works for: engine.search sets it in each target's
+#: threads, since the targets are searched at once and a hook on a job does not name its target
+_searching = threading.local()
+
+
+def searching_target() -> str | None:
+    """The target the calling thread searches for (None: no target search's thread)."""
+    return getattr(_searching, "target", None)
+
+
+def set_searching_target(target: str | None) -> None:
+    _searching.target = target
+
 
 class Hooks:
     def model_download_started(self, model: str, commit: str, files: int) -> None:

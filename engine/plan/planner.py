@@ -9,6 +9,7 @@ jobs, so a step shared by many candidates runs once. The plan grows as samplers 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,7 @@ class Plan:
         self.spaces: dict[str, TargetSpace] = {}
         self._by_chain: dict[tuple[str, tuple[str, ...], str], Candidate] = {}
         self._fingerprints: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.RLock()  # the targets are searched at once (engine.search): their jobs and candidates are made here
         for target_id, entry in resolved.targets.items():
             if entry.availability.ok:
                 self.spaces[target_id] = TargetSpace(resolved, target_id)
@@ -98,6 +100,10 @@ class Plan:
         """The job of ``step`` with ``params`` after ``parent``, for ``target`` running with
         ``settings``: a target-dependent pass sees the target as the candidate runs it; a pass
         with a facet is shared by every variant with the same facet."""
+        with self._lock:
+            return self._job(parent, step, params, target, settings)
+
+    def _job(self, parent: str | None, step: Step, params: dict[str, Any], target: str, settings: dict[str, Any] | None) -> str:
         cls = step.pass_cls
         # the searched values over the step's config, typed again as a whole: the same config
         # however each value was reached (config, search or default), so the same key
@@ -210,6 +216,12 @@ class Plan:
 
     # -- candidates -----------------------------------------------------------------------------
     def _add(
+        self, target: str, jobs: tuple[str, ...], params: dict[str, Any], fmt: str, settings: dict[str, Any], **flags: Any
+    ) -> Candidate | None:
+        with self._lock:
+            return self._add_locked(target, jobs, params, fmt, settings, **flags)
+
+    def _add_locked(
         self, target: str, jobs: tuple[str, ...], params: dict[str, Any], fmt: str, settings: dict[str, Any], **flags: Any
     ) -> Candidate | None:
         entry = self.resolved.targets[target]

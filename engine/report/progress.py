@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from engine.execute.hooks import Hooks
+from engine.execute.hooks import Hooks, searching_target
 from engine.plan.jobs import PassSpec
 from engine.select.results import CandidateResult
 
@@ -127,7 +127,7 @@ class LiveProgress(Hooks):
         self.bars.stop()
 
     def _counts(self, target: str | None = None) -> _Counts:
-        name = target or self.current or "run"
+        name = target or searching_target() or self.current or "run"
         if name not in self.targets:
             self.target_started(name, None)
         return self.targets[name]

@@ -11,12 +11,14 @@ processes them and tells the sampler each one's ``Outcome``, computed here from 
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from engine.core.hashing import sha256_json
 from engine.core.search import Outcome, Sampler, Trial, TrialState
 from engine.core.stats import Interval
+from engine.execute.hooks import set_searching_target
 from engine.execute.runner import Runner
 from engine.plan.planner import Candidate, screening_settings
 from engine.search import studies
@@ -70,8 +72,17 @@ def outcome(resolved: ResolvedWorkflow, result: CandidateResult, reference: Cand
 
 
 class TargetSearch:
-    def __init__(self, runner: Runner, target: str, started: float, pool: ThreadPoolExecutor, sampler: Sampler | None = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        target: str,
+        started: float,
+        pool: ThreadPoolExecutor,
+        sampler: Sampler | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.runner = runner
+        self.stop = stop or threading.Event()  # set: another target's search failed or was interrupted
         self._sampler = sampler  # None: the one the workflow's search.sampler names
         self.target = target
         self.started = started
@@ -104,6 +115,8 @@ class TargetSearch:
         return outcome(self.runner.resolved, result, self.runner.references.get(self.target))
 
     def budget_left(self) -> bool:
+        if self.stop.is_set():
+            return False
         if self.spec.max_candidates is not None and len(self.seen) >= self.spec.max_candidates:
             return False
         if self.spec.max_time_s is not None and time.perf_counter() - self.started >= self.spec.max_time_s:
@@ -257,12 +270,43 @@ class TargetSearch:
 
 
 def search(runner: Runner) -> None:
+    """Search every target at once, each in a thread of its own: the gate (engine.execute.gate)
+    decides what runs, so one target's passes fill the workers another target leaves idle (its
+    reference evaluated alone, its timing waiting) instead of waiting for that target to finish;
+    a timing still has the machine to itself. Each target's search is sequential in itself, so its
+    candidates, their ids and their order are the same as when the targets ran one after another."""
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=runner.gate.workers, thread_name_prefix="kiln") as pool:
+    targets = list(runner.plan.spaces)
+    stop = threading.Event()
+    if len(targets) <= 1:
+        for target in targets:
+            _search_target(runner, target, started, stop)
+        return
+    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="kiln-target") as searches:
+        running = [searches.submit(_search_target, runner, target, started, stop) for target in targets]
         try:
-            for target in runner.plan.spaces:
-                TargetSearch(runner, target, started, pool).run()
+            done, _ = wait(running, return_when=FIRST_EXCEPTION)
+            for future in done:
+                future.result()  # what stopped a target's search stops the run
         except BaseException:
-            # interrupted: the pool would wait for its threads' jobs; their workers are killed instead
+            stop.set()  # no target asks for more
             runner.executor.stop()
             raise
+
+
+def _search_target(runner: Runner, target: str, started: float, stop: threading.Event) -> None:
+    set_searching_target(target)
+    workers = runner.gate.workers
+    pool = ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix=f"kiln-{target}", initializer=set_searching_target, initargs=(target,)
+    )
+    try:
+        TargetSearch(runner, target, started, pool, stop=stop).run()
+    except BaseException:
+        # interrupted: the pool would wait for its threads' jobs; their workers are killed instead
+        stop.set()
+        runner.executor.stop()
+        raise
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=stop.is_set())
+        set_searching_target(None)

@@ -168,3 +168,23 @@ def test_rounds_are_spread_over_fresh_sessions_and_grouped_by_them(tmp_path, mak
     sample = result.samples["speedup"]
     assert sample.groups == [0, 0, 1, 1, 2, 2]
     assert result.samples["p50_ms"].groups == sample.groups
+
+
+def test_a_candidate_clearly_slower_stops_once_its_whole_interval_is_below_one(tmp_path, make_model, make_ctx) -> None:
+    # the precision asked is out of reach: only the side of 1 the interval lies on can end the rounds early
+    heavy = build_heavy_model(tmp_path / "heavy", width=256, layers=4)
+    options = {"runs": 1, "runs_per_round": 3, "min_rounds": 4, "max_rounds": 30, "sessions": 2, "precision": 1e-9}
+    early = latency(**options).evaluate(heavy, make_ctx(reference=make_model().artifact))
+    assert early.values["speedup_high"] < 1
+    assert early.details["stopped_because"].startswith("slower than the model compared with")
+    assert early.details["rounds"] < 30
+    full = latency(**options, stop_when_slower=False).evaluate(heavy, make_ctx(reference=make_model().artifact))
+    assert full.details["stopped_because"] == "max_rounds (30) reached"
+
+
+def test_a_faster_candidate_is_still_measured_to_the_precision_asked(tmp_path, make_model, make_ctx) -> None:
+    heavy = build_heavy_model(tmp_path / "heavy", width=256, layers=4)
+    options = {"runs": 1, "runs_per_round": 3, "min_rounds": 4, "max_rounds": 12, "sessions": 2, "precision": 1e-9}
+    result = latency(**options).evaluate(make_model().artifact, make_ctx(reference=heavy))
+    assert result.values["speedup_low"] > 1
+    assert result.details["stopped_because"] == "max_rounds (12) reached"
