@@ -15,6 +15,7 @@ the job Olive took 37 s for on the same 2-core machine (median of 3 cold runs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -68,13 +69,35 @@ def breakdown(started: float, ended: float, events: list[dict[str, Any]]) -> lis
     return lines
 
 
+def timings(out: Path) -> list[str]:
+    """Per candidate timed: its speedup's interval, rounds and why its timing stopped (candidates.json)."""
+    path = out / "candidates.json"
+    if not path.is_file():
+        return []
+    lines = []
+    for record in json.loads(path.read_text())["candidates"]:
+        for name, evaluation in (record.get("evaluations") or {}).items():
+            details = evaluation.get("details") or {}
+            if "stopped_because" not in details:
+                continue
+            values = evaluation.get("values") or {}
+            ratio = next((k for k in ("speedup", "decode_speedup") if k in values), None)
+            shown = f"{values[ratio]:.3f} [{values.get(ratio + '_low', 0):.3f}, {values.get(ratio + '_high', 0):.3f}]" if ratio else ""
+            chosen = "  (chosen)" if record.get("chosen") else ""
+            lines.append(
+                f"  timing {record['id']} {name}: {shown} in {details.get('rounds')} rounds, {details.get('sessions')} sessions: "
+                f"{details['stopped_because']}{chosen}"
+            )
+    return lines
+
+
 def one_run(workflow: Path, store: Path, out: Path, extra: list[str]) -> tuple[float, list[str]]:
     started = time.time()
     wall, _ = engine_run(workflow, store, out, *extra)
     ended = started + wall
     events_file = out / "events.jsonl"
     events = [json.loads(line) for line in events_file.read_text().splitlines()] if events_file.is_file() else []
-    return wall, breakdown(started, ended, events)
+    return wall, breakdown(started, ended, events) + timings(out)
 
 
 def main() -> None:
@@ -83,12 +106,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="cold runs, each from an empty store")
     parser.add_argument("--one-shot", action="store_true", help="KILN_POOL=0: a fresh worker process per job")
     parser.add_argument("--workers", type=int, default=None, help="passed on as --workers")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep the runs' stores and outputs in this folder (default: a temporary one)"
+    )
     args = parser.parse_args()
     if args.one_shot:
         os.environ["KILN_POOL"] = "0"
     extra = [] if args.workers is None else ["--workers", str(args.workers)]
     colds: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="kiln-cold-") as tmp:
+    with contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory(prefix="kiln-cold-") as tmp:
         for index in range(args.runs):
             store = Path(tmp) / f"store{index}"
             wall, lines = one_run(args.workflow, store, Path(tmp) / f"out{index}", extra)

@@ -75,10 +75,12 @@ class GenerationArm:
         self.next += 1
         return Timings(generations)
 
-    def cover(self) -> None:
-        """One untimed generation from each prompt not yet generated (for ``greedy_match``)."""
+    def cover(self, known: dict[int, list[int]] | None = None) -> None:
+        """One untimed generation from each prompt not yet generated (for ``greedy_match``), but for
+        the prompts whose continuation is ``known`` already (from an earlier pair of sessions, or the
+        reference's from the cache)."""
         for index in range(len(self.prompts)):
-            if index not in self.outputs:
+            if index not in self.outputs and index not in (known or {}):
                 self._generate(index)
 
 

@@ -57,5 +57,10 @@ class Seq2SeqGeneration(GenerationEvaluator):
     def open(self, ctx: EvalContext, model: ModelArtifact, role: str, target: Target | None = None) -> Session:
         return open_seq2seq(ctx, model, role, self.name, target=target)
 
+    def continuations(self, ctx: EvalContext, model: ModelArtifact, prompts: list[Any]) -> None:
+        """Not cached: a source is a dict of arrays (features or token ids), not a token row, and its
+        few short continuations cost little next to a decoder's."""
+        return None
+
     def produce(self, session: Any, prompt: Any, max_new_tokens: int, role: str) -> Generation:
         return generate(session, prompt, max_new_tokens, role)

@@ -197,3 +197,26 @@ def test_the_rounds_stop_on_the_decode_speedups_interval(models, tmp_path: Path)
     assert result.details["interval_half_width"] == pytest.approx(
         (v["decode_speedup_high"] - v["decode_speedup_low"]) / 2 / v["decode_speedup"]
     )
+
+
+def test_the_references_continuations_are_cached_for_the_next_candidates(models, tmp_path: Path) -> None:
+    """The prompts the rounds do not reach are generated once by the reference for greedy_match,
+    then taken from the evaluation cache: a second candidate's reference generates only in its
+    rounds, and the match is the same as without the cache."""
+    data = rows_dataset(lengths=(3, 4, 2, 5, 3, 2, 4, 3), seed=7)
+    data.inputs["input_ids"][[0, 3], [2, 4]] = CHANGED
+    cold_ctx, cold = context(tmp_path / "a", models["reference"], data, cache=True)
+    first = generation(limit=8).evaluate(models["changed"], cold_ctx)
+    warm_ctx, warm = context(tmp_path / "a", models["reference"], data, cache=True)
+    second = generation(limit=8).evaluate(models["changed"], warm_ctx)
+    plain_ctx, _ = context(tmp_path / "b", models["reference"], data)
+    uncached = generation(limit=8).evaluate(models["changed"], plain_ctx)
+    assert first.values["greedy_match"] == second.values["greedy_match"] == uncached.values["greedy_match"] < 1
+    assert second.details["greedy_compared_prompts"] == 8 and second.details["nondeterministic_prompts"] == []
+
+    # 4 rounds reach 4 of the 8 prompts: the first reference covers the other 4, the second does not
+    # 4 rounds over 2 pairs of sessions reach prompts 0-3; the last pair covers 4-7 once (not 0-1
+    # again, which the first pair generated); the second candidate's reference takes them from the cache
+    assert [s.generations for s in cold.sessions[1::2]] == [5, 9]
+    assert [s.generations for s in warm.sessions[1::2]] == [5, 5]
+    assert [s.generations for s in warm.sessions[0::2]] == [5, 9]  # a candidate's own are never taken from a cache
