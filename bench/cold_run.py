@@ -80,9 +80,9 @@ def timings(out: Path) -> list[str]:
             details = evaluation.get("details") or {}
             if "stopped_because" not in details:
                 continue
-            values = evaluation.get("values") or {}
-            ratio = next((k for k in ("speedup", "decode_speedup") if k in values), None)
-            shown = f"{values[ratio]:.3f} [{values.get(ratio + '_low', 0):.3f}, {values.get(ratio + '_high', 0):.3f}]" if ratio else ""
+            intervals = record.get("intervals") or {}
+            ratio = next((intervals[f"{name}.{k}"] for k in ("speedup", "decode_speedup") if f"{name}.{k}" in intervals), None)
+            shown = f"{ratio['estimate']:.3f}x [{ratio['low']:.3f}, {ratio['high']:.3f}]" if ratio else "(the reference)"
             chosen = "  (chosen)" if record.get("chosen") else ""
             lines.append(
                 f"  timing {record['id']} {name}: {shown} in {details.get('rounds')} rounds, {details.get('sessions')} sessions: "

@@ -26,7 +26,7 @@ from engine.core.stats import bootstrap
 from engine.execute.runner import Runner
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult
-from engine.select.select import paired_metric, runoff_pairs
+from engine.select.select import interval_of, paired_metric, runoff_pairs
 from engine.select.ties import runoff_json
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,45 @@ def run_runoffs(runner: Runner) -> int:
         log.info("no runoff: evaluation %s has no %s to set", eval_id, " or ".join(BUDGET_OPTIONS))
         return 0
     runoff = dataclasses.replace(spec, config={**spec.config, "max_time_s": budget.max_time_s, "precision": budget.precision})
+    settled = _settled_by_the_reference(runner, metric, eval_id, pairs)
     measured = 0
     for first, second in pairs:
         if first.candidate.settings or second.candidate.settings:
             continue
-        if second.candidate.id in first.runoffs:
+        if second.candidate.id in first.runoffs or {first.candidate.id, second.candidate.id} & settled:
             continue
         if _measure(runner, runoff, name, first, second):
             measured += 1
     return measured
+
+
+def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: list[tuple[CandidateResult, CandidateResult]]) -> set[str]:
+    """The ids of the tied candidates whose own timing already was a runoff against a tied reference: it timed
+    them against their target's reference, paired, and its interval lies wholly on one side of 1.
+    That measurement is kept as their runoff with the reference (``from: "its timing"``); one
+    measured slower than the reference cannot be chosen (engine.select.ties puts it out), so no
+    runoff is spent on it. An interval that holds 1 decides nothing: that pair is still run off."""
+    tied = {id(r): r for pair in pairs for r in pair}
+    settled: set[str] = set()
+    confidence = runner.resolved.spec.select.confidence
+    for result in tied.values():
+        reference = runner.references.get(result.candidate.target)
+        if reference is None or result is reference or id(reference) not in tied or result.candidate.settings:
+            continue
+        interval = interval_of(result, metric, confidence)
+        if interval is None or interval.low <= 1 <= interval.high:
+            continue
+        if reference.candidate.id not in result.runoffs:
+            key = result.eval_keys.get(eval_id)
+            shared = {"metric": metric, "key": key, "status": "hit", "from": "its timing"}
+            estimate, low, high = interval.estimate, interval.low, interval.high
+            result.runoffs[reference.candidate.id] = runoff_json(estimate, low, high, interval.confidence, **shared)
+            reference.runoffs[result.candidate.id] = runoff_json(
+                1 / estimate, 1 / high, 1 / low, interval.confidence, **shared, inverted=True
+            )
+        if interval.high < 1:
+            settled.add(result.candidate.id)
+    return settled
 
 
 def _measure(runner: Runner, spec: EvalSpec, name: str, first: CandidateResult, second: CandidateResult) -> bool:

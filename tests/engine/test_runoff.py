@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from engine_helpers import tiny_workflow, write_workflow
 
 from engine.execute.runner import Runner
@@ -32,18 +33,26 @@ def test_the_tied_leaders_are_run_off_and_a_rerun_reuses_it(tmp_path, tiny_onnx)
     best = max(complete, key=lambda r: r.metrics["latency.speedup"])
     others = [r for r in complete if r is not best]
     assert sorted(best.runoffs) == sorted(r.candidate.id for r in others)
-    assert first.stats.evals_run == 6 + 2  # two runoffs, each one evaluation job
+    # a pair is run off unless one side's own timing against the (tied) reference already
+    # decided it: then that timing is the pair's runoff, and no job runs for it
+    ran = [o for o in others if "from" not in best.runoffs[o.candidate.id]]
+    assert first.stats.evals_run == 6 + len(ran)  # each runoff one evaluation job
     for other in others:
         mine, theirs = best.runoffs[other.candidate.id], other.runoffs[best.candidate.id]
-        assert mine["metric"] == "latency.speedup" and mine["status"] == "ran"
+        assert mine["metric"] == "latency.speedup" and mine["status"] == ("ran" if other in ran else "hit")
         assert mine["low"] <= mine["estimate"] <= mine["high"]
-        assert theirs["estimate"] == 1 / mine["estimate"] and theirs["key"] == mine["key"]
+        assert theirs["estimate"] == pytest.approx(1 / mine["estimate"], rel=1e-12) and theirs["key"] == mine["key"]
         record = store.lookup(mine["key"])  # stored like any evaluation
-        assert record is not None and record["values"]["speedup"] == mine["estimate"]
+        assert record is not None and "speedup" in record["values"]
+        if other in ran:
+            assert record["values"]["speedup"] == mine["estimate"]
+        else:  # the non-reference side's own timing, wholly on one side of 1
+            assert best.candidate.reference or other.candidate.reference
+            assert mine["from"] == "its timing" and not mine["low"] <= 1 <= mine["high"]
     chosen = next(r for r in first.results if r.chosen)
     assert "runoff" in chosen.verdict, chosen.verdict
     second = run_workflow(resolved, store)
-    assert second.stats.evals_run == 0 and second.stats.evals_cached == 6 + 2
+    assert second.stats.evals_run == 0 and second.stats.evals_cached == 6 + len(ran)
     again = {r.candidate.id: r for r in second.results}
     assert all(again[best.candidate.id].runoffs[o.candidate.id]["status"] == "hit" for o in others)
     assert next(r for r in second.results if r.chosen).model.digest == chosen.model.digest
@@ -62,11 +71,12 @@ def test_the_runoff_is_keyed_by_its_settings_and_can_be_turned_off(tmp_path, tin
         search(runner)
         runner.datasets_done()
         assert runner.stats.evals_run == 0
-        assert run_runoffs(runner) == 2 and runner.stats.evals_run == 2
+        measured = run_runoffs(runner)
+        assert measured == runner.stats.evals_run
     finally:
         runner.executor.close()
-    keys = {r["key"] for result in runner.results.values() for r in result.runoffs.values()}
-    assert len(keys) == 2
+    keys = {r["key"] for result in runner.results.values() for r in result.runoffs.values() if "from" not in r}
+    assert len(keys) == measured
     docs = [json.dumps(runner.store.lookup(key) or {}) for key in keys]
     assert all('"speedup"' in doc for doc in docs)
 
@@ -102,8 +112,48 @@ def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(
         plan=SimpleNamespace(candidates=[r.candidate for r in results]),
         evaluations=candidate_evaluations(resolved),
         measure_pair=measure_pair,
+        references={"cpu": ref},
     )
     assert run_runoffs(runner) == 1  # type: ignore[arg-type]
     assert asked == [("latency", 30.0, "cpu/1", "cpu/2")]
     assert a.runoffs["cpu/2"]["estimate"] == 1.03 and a.runoffs["cpu/2"]["metric"] == "latency.speedup"
     assert b.runoffs["cpu/1"]["estimate"] == 1 / 1.03
+
+
+def test_a_candidate_its_own_timing_put_behind_the_tied_reference_is_out_without_a_runoff(tmp_path, tiny_onnx) -> None:
+    """Tied with the leader only by tie_within, a candidate whose own paired timing put it below the
+    reference (also tied) cannot be chosen: no runoff is spent on it, and the verdict says why."""
+    from types import SimpleNamespace
+
+    from test_select import resolved_with, result, spread
+
+    from engine.execute.evaluation import candidate_evaluations
+    from engine.execute.runner import Fetched
+    from engine.select.select import select
+
+    resolved = resolved_with(tmp_path, tiny_onnx, runoff=True, tie_within=0.15)
+    ref = result(tmp_path, 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+    leader = result(tmp_path, 1, speedup=spread(1.01, 0.08, seed=1), cosines=[0.995] * 32)  # its interval holds 1
+    slower = result(tmp_path, 2, speedup=spread(0.90, 0.03, seed=2), cosines=[0.995] * 32, size=10)
+    asked = []
+    record = {"values": {"speedup": 1.01, "speedup_low": 0.98, "speedup_high": 1.04}, "samples": {}}
+
+    def measure_pair(spec, first, second):  # type: ignore[no-untyped-def]
+        asked.append((first.candidate.id, second.candidate.id))
+        return Fetched("ran", record), "k"
+
+    results = [ref, leader, slower]
+    runner = SimpleNamespace(
+        resolved=resolved,
+        results={r.candidate.id: r for r in results},
+        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
+        evaluations=candidate_evaluations(resolved),
+        measure_pair=measure_pair,
+        references={"cpu": ref},
+    )
+    assert run_runoffs(runner) == 1  # type: ignore[arg-type]
+    assert asked == [("cpu/1", "cpu/0")]  # the leader against the reference; not against the slower one
+    assert slower.runoffs["cpu/0"]["from"] == "its timing" and slower.runoffs["cpu/0"]["high"] < 1
+    select(resolved, results)
+    assert not slower.chosen  # ten times smaller, but measured slower than the reference, paired
+    assert "lost on the runoff (#0 " in slower.verdict and "as fast as #2, paired" in slower.verdict, slower.verdict
