@@ -163,6 +163,35 @@ def test_sigterm_stops_a_run_like_ctrl_c(tmp_path, tiny_onnx, test_plugins):
     assert list((tmp_path / "store" / "tmp").iterdir()) == []  # its worker's staging went with it
 
 
+def test_an_interrupted_run_of_targets_searched_at_once_stops_and_writes_its_summary(tmp_path, tiny_onnx, test_plugins):
+    """Two targets searched at once, each in a long pass: SIGTERM (as Ctrl-C) stops both searches,
+    exits 130 within seconds, and the --summary file says the run was interrupted."""
+    workflow = tiny_workflow(tiny_onnx)
+    workflow["targets"] = [
+        {"id": "a", "runtime": "onnxruntime", "intra_op_threads": 1},
+        {"id": "b", "runtime": "onnxruntime", "intra_op_threads": 1, "inter_op_threads": 1},
+    ]
+    workflow["steps"] = [
+        {"id": "slow_a", "pass": "sleep", "targets": ["a"], "config": {"seconds": 60}},
+        {"id": "slow_b", "pass": "sleep", "targets": ["b"], "config": {"seconds": 61}},
+    ]
+    path = write_workflow(tmp_path, workflow)
+    summary = tmp_path / "summary.json"
+    command = [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")]
+    process = subprocess.Popen([*command, "--workers", "2", "--summary", str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and len(list((tmp_path / "store" / "logs").glob("*.log"))) < 2:
+        time.sleep(0.1)  # both sleeps have started: one per target
+    time.sleep(1.0)
+    began = time.time()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert time.time() - began < 30  # neither search waited for its 60-s pass
+    document = json.loads(summary.read_text())
+    assert document["exit"]["status"] == "interrupted" and document["exit"]["code"] == 130
+
+
 def test_plugin_listings_show_the_default_timeout(capsys):
     assert main(["passes", "ort_quantize"]) == 0
     assert "default timeout: 7200 s" in capsys.readouterr().out
