@@ -85,11 +85,9 @@ def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(
     """A candidate that failed (no speedup) made the ranking metric of all results fall back to
     p50_ms, and a runoff stored a pair's milliseconds as its ratio ("won the runoff: 140x")."""
     import dataclasses
-    from types import SimpleNamespace
 
     from test_select import resolved_with, result, spread
 
-    from engine.execute.evaluation import candidate_evaluations
     from engine.execute.runner import Fetched
     from engine.select.results import CandidateResult, CandidateState
 
@@ -106,15 +104,7 @@ def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(
         asked.append((spec.id, spec.config["max_time_s"], first.candidate.id, second.candidate.id))
         return Fetched("ran", record), "k"
 
-    runner = SimpleNamespace(
-        resolved=resolved,
-        results={r.candidate.id: r for r in results},
-        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
-        evaluations=candidate_evaluations(resolved),
-        measure_pair=measure_pair,
-        references={"cpu": ref},
-    )
-    assert run_runoffs(runner) == 1  # type: ignore[arg-type]
+    assert run_runoffs(_runner(resolved, results, measure_pair)) == 1
     assert asked == [("latency", 30.0, "cpu/1", "cpu/2")]
     assert a.runoffs["cpu/2"]["estimate"] == 1.03 and a.runoffs["cpu/2"]["metric"] == "latency.speedup"
     assert b.runoffs["cpu/1"]["estimate"] == 1 / 1.03
@@ -123,11 +113,8 @@ def test_the_runoff_reads_the_paired_ratio_even_when_another_candidate_lacks_it(
 def test_a_candidate_its_own_timing_put_behind_the_tied_reference_is_out_without_a_runoff(tmp_path, tiny_onnx) -> None:
     """Tied with the leader only by tie_within, a candidate whose own paired timing put it below the
     reference (also tied) cannot be chosen: no runoff is spent on it, and the verdict says why."""
-    from types import SimpleNamespace
-
     from test_select import resolved_with, result, spread
 
-    from engine.execute.evaluation import candidate_evaluations
     from engine.execute.runner import Fetched
     from engine.select.select import select
 
@@ -143,17 +130,25 @@ def test_a_candidate_its_own_timing_put_behind_the_tied_reference_is_out_without
         return Fetched("ran", record), "k"
 
     results = [ref, leader, slower]
-    runner = SimpleNamespace(
-        resolved=resolved,
-        results={r.candidate.id: r for r in results},
-        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
-        evaluations=candidate_evaluations(resolved),
-        measure_pair=measure_pair,
-        references={"cpu": ref},
-    )
-    assert run_runoffs(runner) == 1  # type: ignore[arg-type]
+    assert run_runoffs(_runner(resolved, results, measure_pair)) == 1
     assert asked == [("cpu/1", "cpu/0")]  # the leader against the reference; not against the slower one
     assert slower.runoffs["cpu/0"]["from"] == "its timing" and slower.runoffs["cpu/0"]["high"] < 1
     select(resolved, results)
     assert not slower.chosen  # ten times smaller, but measured slower than the reference, paired
     assert "lost on the runoff (#0 " in slower.verdict and "as fast as #2, paired" in slower.verdict, slower.verdict
+
+
+def _runner(resolved, results, measure_pair):  # type: ignore[no-untyped-def]
+    """What run_runoffs reads of a Runner, over results made by hand (the first is the reference)."""
+    from types import SimpleNamespace
+
+    from engine.execute.evaluation import candidate_evaluations
+
+    return SimpleNamespace(
+        resolved=resolved,
+        results={r.candidate.id: r for r in results},
+        plan=SimpleNamespace(candidates=[r.candidate for r in results]),
+        evaluations=candidate_evaluations(resolved),
+        measure_pair=measure_pair,
+        references={"cpu": results[0]},
+    )
