@@ -178,7 +178,9 @@ def test_an_interrupted_run_of_targets_searched_at_once_stops_and_writes_its_sum
     path = write_workflow(tmp_path, workflow)
     summary = tmp_path / "summary.json"
     command = [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")]
-    process = subprocess.Popen([*command, "--workers", "2", "--summary", str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*command, "--workers", "2", "--summary", str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 90
     while time.time() < deadline and len(list((tmp_path / "store" / "logs").glob("*.log"))) < 2:
         time.sleep(0.1)  # both sleeps have started: one per target

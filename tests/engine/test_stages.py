@@ -20,7 +20,7 @@ from engine.workflow.resolve import load_workflow
 ROWS, TOKENS, BAR = 32, 16, 0.05
 
 
-def _resolved(tmp_path, tiny_onnx, timed=False, **search):
+def _resolved(tmp_path, tiny_onnx, timed=False, constraint=None, **search):
     workflow = tiny_workflow(tiny_onnx, search=search)
     timing = [e for e in workflow["evaluate"] if e["id"] == "latency"] if timed else []
     workflow["evaluate"] = [
@@ -30,7 +30,7 @@ def _resolved(tmp_path, tiny_onnx, timed=False, **search):
     ]
     workflow["select"] = {
         "objective": {"metric": "size.file_bytes", "goal": "min"},
-        "constraints": [{"metric": "perplexity.nll_increase", "max": BAR}],
+        "constraints": [constraint or {"metric": "perplexity.nll_increase", "max": BAR}],
     }
     return load_workflow(write_workflow(tmp_path, workflow))
 
@@ -111,11 +111,19 @@ def test_a_near_candidate_breaking_the_bar_on_every_row_is_rejected_as_without_s
     assert a.metrics == b.metrics
 
 
-def test_the_reference_is_measured_on_every_row(tmp_path, tiny_onnx):
-    resolved = _resolved(tmp_path, tiny_onnx)
+def test_the_reference_is_staged_under_an_absolute_bar_and_measured_on_every_row_under_a_drop(tmp_path, tiny_onnx):
+    """nll_increase <= bar is paired row by row inside the evaluator: the reference (increase 0)
+    meets it on the first rows. A drop from the reference's figure needs that figure on every row."""
+    absolute = _resolved(tmp_path / "absolute", tiny_onnx)
     reference = CandidateResult(candidate=Candidate(id="cpu/0", target="cpu", jobs=(), params={}, reference=True), label="ref")
     measure = Rows(np.zeros(ROWS))
-    evaluate(resolved, candidate_evaluations(resolved), reference, None, _NoData(), measure)
+    evaluate(absolute, candidate_evaluations(absolute), reference, None, _NoData(), measure)
+    assert measure.looks == [FIRST_ROWS]
+    assert reference.details["perplexity"]["stage"].startswith("meets the constraints on the first")
+    relative = _resolved(tmp_path / "relative", tiny_onnx, constraint={"metric": "perplexity.nll_increase", "max_drop": 0.05})
+    reference = CandidateResult(candidate=Candidate(id="cpu/0", target="cpu", jobs=(), params={}, reference=True), label="ref")
+    measure = Rows(np.zeros(ROWS))
+    evaluate(relative, candidate_evaluations(relative), reference, None, _NoData(), measure)
     assert measure.looks == [ROWS]
 
 
