@@ -76,11 +76,11 @@ def timings(out: Path) -> list[str]:
         return []
     lines = []
     for record in json.loads(path.read_text())["candidates"]:
+        intervals = record.get("intervals") or {}
         for name, evaluation in (record.get("evaluations") or {}).items():
             details = evaluation.get("details") or {}
             if "stopped_because" not in details:
                 continue
-            intervals = record.get("intervals") or {}
             ratio = next((intervals[f"{name}.{k}"] for k in ("speedup", "decode_speedup") if f"{name}.{k}" in intervals), None)
             shown = f"{ratio['estimate']:.3f}x [{ratio['low']:.3f}, {ratio['high']:.3f}]" if ratio else "(the reference)"
             chosen = "  (chosen)" if record.get("chosen") else ""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, io_binding, prepare_run, run_failed
+from evaluators._sessions import RUN_ERRORS, io_binding, prepare_run, run_failed, slower_than_compared
 
 if TYPE_CHECKING:
     import numpy as np
@@ -210,8 +210,9 @@ class Rounds:
         interval = self.interval()
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
-        if cfg.stop_when_slower and interval.high < 1:
-            return f"slower than the model compared with (the whole interval below 1: {interval.low:.3g}-{interval.high:.3g})"
+        slower = slower_than_compared(cfg.stop_when_slower, interval)
+        if slower:
+            return slower
         if rounds >= cfg.max_rounds:
             return f"max_rounds ({cfg.max_rounds}) reached"
         return ""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from engine.core.artifact import ModelArtifact
     from engine.core.data import Dataset
     from engine.core.evaluator import EvalContext
+    from engine.core.stats import Interval
     from engine.core.target import Session, Target, TensorSpec
 
 
@@ -185,6 +186,13 @@ class ComparisonRules(EvaluatorConfig):
         le=86_400,
         description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy measurements are kept and flagged.",
     )
+
+
+def slower_than_compared(stop_when_slower: bool, interval: Interval) -> str:
+    """``ComparisonRules.stop_when_slower``'s reason to stop, or "" (the rule is off, or the interval reaches 1)."""
+    if not stop_when_slower or interval.high >= 1:
+        return ""
+    return f"slower than the model compared with (the whole interval below 1: {interval.low:.3g}-{interval.high:.3g})"
 
 
 class ComparedTimingConfig(ComparisonRules, FeedConfig):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, feeds_for, io_binding, prepare_run, run_failed
+from evaluators._sessions import RUN_ERRORS, feeds_for, io_binding, prepare_run, run_failed, slower_than_compared
 
 if TYPE_CHECKING:
     import numpy as np
@@ -219,12 +219,11 @@ class Windows:
             self.stop_reason = "windows done"
         else:
             interval = self.interval()
+            slower = slower_than_compared(cfg.stop_when_slower, interval)
             if interval.half_width <= cfg.precision * interval.estimate:
                 self.stop_reason = f"interval within ±{cfg.precision:.0%}"
-            elif cfg.stop_when_slower and interval.high < 1:
-                self.stop_reason = (
-                    f"slower than the model compared with (the whole interval below 1: {interval.low:.3g}-{interval.high:.3g})"
-                )
+            elif slower:
+                self.stop_reason = slower
             elif len(self.kept) >= cfg.max_windows:
                 self.stop_reason = f"max_windows ({cfg.max_windows}) reached"
         return bool(self.stop_reason)

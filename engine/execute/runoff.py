@@ -73,24 +73,19 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
     That measurement is kept as their runoff with the reference (``from: "its timing"``); one
     measured slower than the reference cannot be chosen (engine.select.ties puts it out), so no
     runoff is spent on it. An interval that holds 1 decides nothing: that pair is still run off."""
-    tied = {id(r): r for pair in pairs for r in pair}
+    tied = {r.candidate.id: r for pair in pairs for r in pair}
     settled: set[str] = set()
     confidence = runner.resolved.spec.select.confidence
     for result in tied.values():
         reference = runner.references.get(result.candidate.target)
-        if reference is None or result is reference or id(reference) not in tied or result.candidate.settings:
+        if reference is None or result is reference or reference.candidate.id not in tied or result.candidate.settings:
             continue
         interval = interval_of(result, metric, confidence)
         if interval is None or interval.low <= 1 <= interval.high:
             continue
         if reference.candidate.id not in result.runoffs:
-            key = result.eval_keys.get(eval_id)
-            shared = {"metric": metric, "key": key, "status": "hit", "from": "its timing"}
-            estimate, low, high = interval.estimate, interval.low, interval.high
-            result.runoffs[reference.candidate.id] = runoff_json(estimate, low, high, interval.confidence, **shared)
-            reference.runoffs[result.candidate.id] = runoff_json(
-                1 / estimate, 1 / high, 1 / low, interval.confidence, **shared, inverted=True
-            )
+            shared = {"metric": metric, "key": result.eval_keys.get(eval_id), "status": "hit", "from": "its timing"}
+            _keep(result, reference, (interval.estimate, interval.low, interval.high, interval.confidence), shared)
         if interval.high < 1:
             settled.add(result.candidate.id)
     return settled
@@ -107,12 +102,18 @@ def _measure(runner: Runner, spec: EvalSpec, name: str, first: CandidateResult, 
     if figures is None:
         log.warning("the runoff of %s against %s measured no %s", first.candidate.id, second.candidate.id, name)
         return False
-    estimate, low, high, confidence = figures
     values = fetched.record.get("values") or {}
     shared = {"metric": f"{spec.id}.{name}", "key": key, "status": fetched.status, "rounds": values.get("rounds")}
+    _keep(first, second, figures, shared)
+    return True
+
+
+def _keep(first: CandidateResult, second: CandidateResult, figures: tuple[float, float, float, float], shared: dict[str, Any]) -> None:
+    """A paired comparison kept on both candidates: ``first``'s speed over ``second``'s (estimate,
+    low, high, confidence) on ``first``, its inverse on ``second``."""
+    estimate, low, high, confidence = figures
     first.runoffs[second.candidate.id] = runoff_json(estimate, low, high, confidence, **shared)
     second.runoffs[first.candidate.id] = runoff_json(1 / estimate, 1 / high, 1 / low, confidence, **shared, inverted=True)
-    return True
 
 
 def _interval(record: dict[str, Any], name: str, confidence: float | None, own: float) -> tuple[float, float, float, float] | None:

@@ -52,6 +52,24 @@ def tiny_workflow(model_path: Path, **overrides: Any) -> dict[str, Any]:
     return workflow
 
 
+def two_targets(model_path: Path, seconds: float) -> dict[str, Any]:
+    """The tiny workflow on two targets, each with a sleeping pass of its own (``seconds`` long)."""
+    workflow = tiny_workflow(model_path)
+    workflow["targets"] = [
+        {"id": "a", "runtime": "onnxruntime", "intra_op_threads": 1},
+        {"id": "b", "runtime": "onnxruntime", "intra_op_threads": 1, "inter_op_threads": 1},
+    ]
+    # each target has a slow pass of its own (not the same job: their keys differ by the seconds):
+    # searched one after the other, b's would start after a's ended
+    workflow["steps"] = [
+        {"id": "slow_a", "pass": "sleep", "targets": ["a"], "config": {"seconds": seconds}},
+        {"id": "slow_b", "pass": "sleep", "targets": ["b"], "config": {"seconds": seconds + 0.25}},
+    ]
+    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}]
+    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
+    return workflow
+
+
 def write_workflow(folder: Path, workflow: dict[str, Any], name: str = "workflow.yaml") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name

@@ -10,7 +10,7 @@ import time
 
 import jsonschema
 import yaml
-from engine_helpers import engine_cmd, tiny_workflow, write_workflow
+from engine_helpers import engine_cmd, tiny_workflow, two_targets, write_workflow
 
 from engine.cli.main import main
 from engine.run import run_workflow
@@ -166,16 +166,7 @@ def test_sigterm_stops_a_run_like_ctrl_c(tmp_path, tiny_onnx, test_plugins):
 def test_an_interrupted_run_of_targets_searched_at_once_stops_and_writes_its_summary(tmp_path, tiny_onnx, test_plugins):
     """Two targets searched at once, each in a long pass: SIGTERM (as Ctrl-C) stops both searches,
     exits 130 within seconds, and the --summary file says the run was interrupted."""
-    workflow = tiny_workflow(tiny_onnx)
-    workflow["targets"] = [
-        {"id": "a", "runtime": "onnxruntime", "intra_op_threads": 1},
-        {"id": "b", "runtime": "onnxruntime", "intra_op_threads": 1, "inter_op_threads": 1},
-    ]
-    workflow["steps"] = [
-        {"id": "slow_a", "pass": "sleep", "targets": ["a"], "config": {"seconds": 60}},
-        {"id": "slow_b", "pass": "sleep", "targets": ["b"], "config": {"seconds": 61}},
-    ]
-    path = write_workflow(tmp_path, workflow)
+    path = write_workflow(tmp_path, two_targets(tiny_onnx, 60))
     summary = tmp_path / "summary.json"
     command = [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "-o", str(tmp_path / "out")]
     process = subprocess.Popen(

@@ -6,32 +6,15 @@ from __future__ import annotations
 
 import json
 
-from engine_helpers import tiny_workflow, write_workflow
+from engine_helpers import two_targets, write_workflow
 
 from engine.run import run_workflow
 from engine.store.store import Store
 from engine.workflow import load_workflow
 
 
-def _two_targets(tiny_onnx, seconds: float) -> dict:
-    workflow = tiny_workflow(tiny_onnx)
-    workflow["targets"] = [
-        {"id": "a", "runtime": "onnxruntime", "intra_op_threads": 1},
-        {"id": "b", "runtime": "onnxruntime", "intra_op_threads": 1, "inter_op_threads": 1},
-    ]
-    # each target has a slow pass of its own (not the same job: their keys differ by the seconds):
-    # searched one after the other, b's would start after a's ended
-    workflow["steps"] = [
-        {"id": "slow_a", "pass": "sleep", "targets": ["a"], "config": {"seconds": seconds}},
-        {"id": "slow_b", "pass": "sleep", "targets": ["b"], "config": {"seconds": seconds + 0.25}},
-    ]
-    workflow["evaluate"] = [{"id": "fidelity", "evaluator": "fidelity", "config": {"data": "rows"}}]
-    workflow["select"] = {"objective": {"metric": "fidelity.cosine_mean", "goal": "max"}}
-    return workflow
-
-
 def test_one_targets_pass_runs_while_another_target_is_searched(tmp_path, tiny_onnx, test_plugins):
-    path = write_workflow(tmp_path, _two_targets(tiny_onnx, 4.0))
+    path = write_workflow(tmp_path, two_targets(tiny_onnx, 4.0))
     report = run_workflow(load_workflow(path), Store(tmp_path / "store"), workers=2)
     slept = {
         report.plan.jobs[job_id].step_id: job.record["details"]["slept"]
@@ -52,7 +35,7 @@ def test_one_targets_pass_runs_while_another_target_is_searched(tmp_path, tiny_o
 
 
 def test_a_re_run_of_targets_searched_at_once_is_served_from_the_store(tmp_path, tiny_onnx, test_plugins):
-    path = write_workflow(tmp_path, _two_targets(tiny_onnx, 0.5))
+    path = write_workflow(tmp_path, two_targets(tiny_onnx, 0.5))
     store = Store(tmp_path / "store")
     first = run_workflow(load_workflow(path), store, workers=2)
     again = run_workflow(load_workflow(path), store, workers=2)
