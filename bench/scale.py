@@ -1,7 +1,7 @@
 """Real size: a Llama-geometry decoder from a folder to its chosen INT4 model, and an encoder past
 protobuf's 2 GB limit through export, fusion and INT8, each from an empty store.
 
-    python bench/scale.py [--size 0.7b|1.3b|tiny] [--encoder-2gb] [--keep DIR]
+    python bench/scale.py [--size 0.7b|1.3b|tiny] [--encoder-2gb] [--no-decoder] [--full-evaluation] [--keep DIR]
 
 The decoder is built from a transformers config with random weights (seeded), saved as fp32
 safetensors in three shards without a tokenizer (so the engine feeds seeded random token ids):
@@ -11,6 +11,10 @@ run's few-MB model. It runs ``engine optimize DIR --device cpu --precision int4`
 and prints the wall time, split into passes and evaluations from the run's ``events.jsonl`` (the
 wall time during which at least one pass, or one evaluation, was running, and the seconds summed
 over jobs), the peak memory of the engine and its workers, and the choice (``candidates.json``).
+
+``--full-evaluation`` then runs the workflow ``engine optimize`` wrote again with ``search.staged:
+false`` (every row of every candidate scored) from another empty store and says whether it
+chose the same model.
 
 ``--encoder-2gb`` does the same for a BERT-geometry encoder (36 layers, hidden 1536, 24 heads, MLP
 6144: 1.07 B parameters, 4.3 GB of fp32; ``--size tiny``: a small one through the same workflow)
@@ -302,28 +306,62 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(DECODERS), default="0.7b", help="the decoder's size (tiny: a smoke run)")
     parser.add_argument("--encoder-2gb", action="store_true", help="also the encoder past 2 GB (with --size tiny: a small one)")
+    parser.add_argument("--no-decoder", action="store_true", help="skip the decoder (with --encoder-2gb: the encoder alone)")
+    parser.add_argument(
+        "--full-evaluation",
+        action="store_true",
+        help="then the decoder's workflow again with search.staged false in a new store (every row of every candidate "
+        "scored) and whether it chooses the same",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kiln-scale-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        model = root / f"decoder-{args.size}"
-        model_bytes = build_decoder(model, args.size)
-        print(f"built a {args.size} Llama decoder with random weights: {model_bytes / 1e9:.2f} GB of fp32 in {model}", flush=True)
-        out = root / "out-decoder"
-        optimize = ["optimize", str(model), "--device", "cpu", "--precision", "int4", "--store", str(root / "store-decoder"), "-q"]
-        wall, memory, done = run_engine([*optimize, "--output", str(out)], cwd=root)
-        report(f"engine optimize {args.size} decoder --precision int4", wall, memory, model_bytes, out, done)
+        if not args.no_decoder:
+            decoder(root, args.size, args.full_evaluation)
         if args.encoder_2gb:
-            size = "tiny" if args.size == "tiny" else "large"
-            encoder = root / f"encoder-{size}"
-            encoder_bytes = build_encoder(encoder, size)
-            print(f"\nbuilt a {size} BERT encoder with random weights: {encoder_bytes / 1e9:.2f} GB of fp32", flush=True)
-            workflow = encoder_workflow(root, encoder, ENCODERS[size]["vocab"])
-            out = root / "out-encoder"
-            wall, memory, done = run_engine(["run", str(workflow), "--store", str(root / "store-encoder"), "-o", str(out), "-q"], root)
-            report(f"engine run {workflow.name} ({size} encoder)", wall, memory, encoder_bytes, out, done)
-            print(f"  chosen model: {chosen_loads(out, root)}")
+            encoder(root, "tiny" if args.size == "tiny" else "large")
+
+
+def decoder(root: Path, size: str, full_evaluation: bool) -> None:
+    """``engine optimize`` the decoder from an empty store; with ``full_evaluation`` its workflow again, unstaged."""
+    model = root / f"decoder-{size}"
+    model_bytes = build_decoder(model, size)
+    print(f"built a {size} Llama decoder with random weights: {model_bytes / 1e9:.2f} GB of fp32 in {model}", flush=True)
+    out, workflow = root / "out-decoder", root / "decoder-int4.yaml"
+    optimize = ["optimize", str(model), "--device", "cpu", "--precision", "int4", "--store", str(root / "store-decoder"), "-q"]
+    wall, memory, done = run_engine([*optimize, "-o", str(workflow), "--force", "--output", str(out)], cwd=root)
+    report(f"engine optimize {size} decoder --precision int4", wall, memory, model_bytes, out, done)
+    if not full_evaluation:
+        return
+    import yaml
+
+    document = yaml.safe_load(workflow.read_text())
+    document.setdefault("search", {})["staged"] = False
+    unstaged, full_out = root / "decoder-int4-unstaged.yaml", root / "out-decoder-unstaged"
+    unstaged.write_text(yaml.safe_dump(document, sort_keys=False))
+    wall, memory, done = run_engine(["run", str(unstaged), "--store", str(root / "store-unstaged"), "-o", str(full_out), "-q"], root)
+    report(f"engine run {unstaged.name} (every row scored)", wall, memory, model_bytes, full_out, done)
+    picked = [chosen_path(folder / "candidates.json") for folder in (out, full_out)]
+    print(f"  same choice as the staged run: {picked[0] == picked[1]} (staged: {picked[0]}; every row: {picked[1]})")
+
+
+def chosen_path(candidates: Path) -> str | None:
+    rows = json.loads(candidates.read_text())["candidates"] if candidates.is_file() else []
+    return next((row.get("path") for row in rows if row.get("chosen")), None)
+
+
+def encoder(root: Path, size: str) -> None:
+    """``engine run`` the encoder workflow from an empty store, then load its chosen model."""
+    encoder = root / f"encoder-{size}"
+    encoder_bytes = build_encoder(encoder, size)
+    print(f"\nbuilt a {size} BERT encoder with random weights: {encoder_bytes / 1e9:.2f} GB of fp32", flush=True)
+    workflow = encoder_workflow(root, encoder, ENCODERS[size]["vocab"])
+    out = root / "out-encoder"
+    wall, memory, done = run_engine(["run", str(workflow), "--store", str(root / "store-encoder"), "-o", str(out), "-q"], root)
+    report(f"engine run {workflow.name} ({size} encoder)", wall, memory, encoder_bytes, out, done)
+    print(f"  chosen model: {chosen_loads(out, root)}")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ numpy is imported inside the functions: evaluator modules import this one at val
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from engine.core.errors import EvaluationError, KilnError, MissingDependency, TargetUnavailable
+from engine.core.errors import EvaluationError, InputError, KilnError, MissingDependency, Problem, TargetUnavailable
 from engine.core.evaluator import EvaluatorConfig
 from engine.core.refs import DatasetRef
 from engine.core.target import GenerativeSession
@@ -149,6 +150,35 @@ class FeedConfig(EvaluatorConfig):
     )
 
 
+#: the environment variable that sets ``quiet_wait_s``'s default
+QUIET_WAIT_ENV = "KILN_QUIET_WAIT_S"
+
+
+def quiet_wait_default() -> float:
+    """``quiet_wait_s`` when a workflow does not set it: ``$KILN_QUIET_WAIT_S`` where set (a shared CI
+    runner that is never quiet: ``0`` keeps a busy measurement at once, flagged, instead of waiting
+    for a quiet that does not come), else 30 s. Not part of an evaluation's key, as no default is:
+    the record says which measurements were taken busy."""
+    raw = os.environ.get(QUIET_WAIT_ENV, "").strip()
+    if not raw:
+        return 30.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 86_400:
+        problem = Problem(
+            where=QUIET_WAIT_ENV,
+            message="the environment variable is not a number of seconds",
+            expected="seconds from 0 to 86400",
+            given=repr(raw),
+            hint=f"unset {QUIET_WAIT_ENV} (30 s) or set it to a number such as 0",
+            file="<environment>",
+        )
+        raise InputError(problems=[problem])
+    return seconds
+
+
 class ComparisonRules(EvaluatorConfig):
     """Options every timing evaluator that compares a candidate with its reference shares (latency
     in rounds, throughput in windows, generation): when to stop, how sure to be, and the noise guard."""
@@ -181,10 +211,13 @@ class ComparisonRules(EvaluatorConfig):
         ),
     )
     quiet_wait_s: float = Field(
-        default=30.0,
+        default_factory=quiet_wait_default,
         ge=0,
         le=86_400,
-        description="Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy measurements are kept and flagged.",
+        description=(
+            "Seconds, in all, to spend waiting for a busy machine to become quiet; after that busy measurements are kept and flagged. "
+            "Default 30, or $KILN_QUIET_WAIT_S where set."
+        ),
     )
 
 

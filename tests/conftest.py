@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alone import pytest_runtest_protocol  # noqa: F401  (runs the tests marked alone with nothing beside them)
 from genai_models import TinyGenai, build
 
 OV_EP_REQUIREMENTS = ["onnxruntime-openvino==1.24.1"]
@@ -21,9 +22,17 @@ os.environ["COLUMNS"] = "200"
 @pytest.fixture(scope="session")
 def envs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the tests' isolated environments live: ``$KILN_ENVS_DIR`` (CI caches it between
-    runs), else one folder for the whole test session, so each environment is built once."""
+    runs), else one folder for the whole test session, so each environment is built once (under
+    xdist one folder for all its processes: ``ensure`` locks a build, so the first builds it and
+    the others wait and use it)."""
     configured = os.environ.get("KILN_ENVS_DIR")
-    return Path(configured) if configured else tmp_path_factory.mktemp("envs")
+    if configured:
+        return Path(configured)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "envs"
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp("envs")
 
 
 @pytest.fixture(scope="session")

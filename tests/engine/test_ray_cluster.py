@@ -49,6 +49,7 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["began"] < b["ended"] and b["began"] < a["ended"]
 
 
+@pytest.mark.alone  # a timing's window on its node: another test's load on the cores stretches it
 def test_jobs_land_on_both_nodes_and_timing_holds_only_its_own(tmp_path, tiny_onnx, cluster):
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     # a short pass and a long one: the short one's latency is measured while the long one sleeps (long enough that

@@ -19,6 +19,8 @@ from engine.core.artifact import ModelArtifact
 from evaluators._noise import NoiseMeter
 from evaluators.latency import Latency
 
+pytestmark = pytest.mark.alone  # paired timings whose intervals the tests assert on
+
 TINY_VOCAB = 50
 
 
