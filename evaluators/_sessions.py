@@ -157,8 +157,8 @@ QUIET_WAIT_ENV = "KILN_QUIET_WAIT_S"
 def quiet_wait_default() -> float:
     """``quiet_wait_s`` when a workflow does not set it: ``$KILN_QUIET_WAIT_S`` where set (a shared CI
     runner that is never quiet: ``0`` keeps a busy measurement at once, flagged, instead of waiting
-    for a quiet that does not come), else 30 s. Not part of an evaluation's key, as no default is:
-    the record says which measurements were taken busy."""
+    for a quiet that does not come), else 30 s. Like every resolved option it is part of an
+    evaluation's key: a timing that waited for quiet is not served for one that would not have."""
     raw = os.environ.get(QUIET_WAIT_ENV, "").strip()
     if not raw:
         return 30.0

@@ -31,8 +31,9 @@ WORKFLOWS = sorted(p for p in (ROOT / "workflows").iterdir() if p.suffix in {".j
 
 @pytest.fixture
 def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Library versions, Kiln's version and the host fingerprint fixed: the keys then depend on
-    Kiln's hashing alone."""
+    """Library versions, Kiln's version and the host fingerprint fixed, and the timings' quiet
+    wait at its default (tests/alone.py sets KILN_QUIET_WAIT_S for tests run beside others, and
+    an evaluation's key holds its resolved options): the keys then depend on Kiln's hashing alone."""
     import engine.core.target as target_module
 
     def versions(names: Any) -> dict[str, str]:
@@ -44,6 +45,7 @@ def masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(keys, "host_fingerprint", lambda: {"host": "masked"})
     monkeypatch.setattr(keys, "accelerator_fingerprint", lambda: {"accelerators": "masked"})
     monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    monkeypatch.delenv("KILN_QUIET_WAIT_S", raising=False)
 
 
 def known_keys(workflow: Path, store_root: Path) -> dict[str, str]:

@@ -87,7 +87,6 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
     store, out = tmp_path / "store", tmp_path / "out"
     done = _run(WORKFLOWS / "digits-cnn-cpu.yaml", store, out)
@@ -147,7 +146,6 @@ def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 def test_minilm_runtime_settings_never_choose_slower_than_the_defaults(tmp_path, shared_store):
     """workflows/minilm-runtime-cpu.yaml with shorter timings and a smaller grid (the mechanism is
     what is tested, not the precision of its figures): the export is shared with the other
