@@ -54,25 +54,12 @@ def machine(run_id: str | None, alone: bool) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """``name`` set to ``value`` (left as it is for None) while inside, then as it was."""
-    before = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     alone = item.get_closest_marker("alone") is not None
     beside_others = bool(run_id) and not alone and QUIET_WAIT_ENV not in os.environ
-    with machine(run_id, alone), _environment(QUIET_WAIT_ENV, "0" if beside_others else None):
+    with machine(run_id, alone), pytest.MonkeyPatch.context() as patch:
+        if beside_others:
+            patch.setenv(QUIET_WAIT_ENV, "0")
         yield
