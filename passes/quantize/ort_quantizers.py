@@ -132,21 +132,14 @@ def preprocess_for_quantization(
     through links in ``workdir``: see ``linked_input``)."""
     if not enabled:
         return linked_input(source, workdir), "skipped"
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     target = workdir / "preprocessed.onnx"
     target.unlink(missing_ok=True)
     seen = len(messages)
     try:
-        quant_pre_process(
-            str(source),
-            str(target),
-            skip_optimization=keep_names,
-            skip_symbolic_shape=True,
-            save_as_external_data=large,
-            all_tensors_to_one_file=True,
-            external_data_location="preprocessed.onnx.data",
-        )
+        if large:
+            messages += _preprocess_in_child(source, target, keep_names)
+        else:
+            _quant_pre_process(source, target, keep_names, large)
     except Exception as error:  # noqa: BLE001 - any failure here is recoverable: quantize the model as given, and say so
         notes.append(f"preprocessing (quant_pre_process) failed, so the model was quantized without it: {type(error).__name__}: {error}")
         return linked_input(source, workdir), "failed"
@@ -160,6 +153,45 @@ def preprocess_for_quantization(
         notes.append(f"preprocessing's graph optimization failed in onnxruntime, so only shape inference ran before quantizing: {reason}")
         return target, "shape_inference_only"
     return target, "shape_inference_only" if keep_names else "optimized"
+
+
+def _quant_pre_process(source: Path, target: Path, keep_names: bool, large: bool) -> None:
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(
+        str(source),
+        str(target),
+        skip_optimization=keep_names,
+        skip_symbolic_shape=True,
+        save_as_external_data=large,
+        all_tensors_to_one_file=True,
+        external_data_location="preprocessed.onnx.data",
+    )
+
+
+def _preprocess_in_child(source: Path, target: Path, keep_names: bool) -> list[LibraryMessage]:
+    """``quant_pre_process`` of a model past 2 GB in a child process, returning what it logged.
+
+    The preprocessing holds about twice the model (the optimizer's copy and shape inference's),
+    and in one process the quantizer's three times that followed before the first was given
+    back: a 4.3 GB encoder's step peaked at 22.6 GiB. In a child the memory goes back to the
+    system when it exits, so the step peaks at the larger of the two alone. A child that dies
+    (killed for memory) raises ``BrokenProcessPool``: the preprocessing failed, and the model is
+    quantized as given, as for any other failure of it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_preprocess_logged, source, target, keep_names).result()
+
+
+def _preprocess_logged(source: Path, target: Path, keep_names: bool) -> list[LibraryMessage]:
+    """The child's side of ``_preprocess_in_child``: run it, collecting the library's log records."""
+    from passes.common.library_logs import capture_library_logs
+
+    with capture_library_logs() as messages:
+        _quant_pre_process(source, target, keep_names, large=True)
+    return list(messages)
 
 
 def extra_options_for(cfg: OrtQuantizeConfig) -> dict[str, Any]:
