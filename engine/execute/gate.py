@@ -2,20 +2,28 @@
 
 On a 2-core machine a latency measured next to a running pass measures the pass, not the
 model, so timing evaluations take the gate exclusively unless the user opts out (or the executor
-gives every job hardware of its own: ``Executor.timing_holds_machine``).
+gives every job hardware of its own: ``Executor.timing_holds_machine``). Runs that share the
+machine with other runs keep their timings apart from those runs' jobs too when
+``KILN_HOST_LOCK`` names a lock file they share (engine.execute.host_lock): a gate that holds
+timing jobs alone then holds that file shared for each job, and exclusively for a timing job.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+
+from engine.execute.host_lock import HostLock
 
 
 class Gate:
-    def __init__(self, workers: int = 1, exclusive_timing: bool = True) -> None:
+    def __init__(self, workers: int = 1, exclusive_timing: bool = True, host: HostLock | None = None) -> None:
         self.workers = max(1, workers)
         self.exclusive_timing = exclusive_timing
+        #: the machine-wide lock, where runs share one; only a gate that holds timing alone takes it
+        #: (a fleet's workflows pass their timing jobs to the fleet's gate, which does)
+        self.host = (host or HostLock.from_env()) if exclusive_timing else None
         self._cond = threading.Condition()
         self._running = 0
         self._exclusive = False
@@ -28,7 +36,8 @@ class Gate:
             self._cond.wait_for(lambda: not self._exclusive and not self._waiting_exclusive and self._running < self.workers)
             self._running += 1
         try:
-            yield
+            with self.host.shared() if self.host is not None else nullcontext():
+                yield
         finally:
             with self._cond:
                 self._running -= 1
@@ -46,7 +55,8 @@ class Gate:
             self._waiting_exclusive -= 1
             self._exclusive = True
         try:
-            yield
+            with self.host.exclusive() if self.host is not None else nullcontext():
+                yield
         finally:
             with self._cond:
                 self._exclusive = False

@@ -42,7 +42,7 @@ def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.slow
-@pytest.mark.alone
+@pytest.mark.timed
 def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cache(tmp_path, shared_store):
     store, out = shared_store, tmp_path / "out"
     first = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
@@ -106,7 +106,7 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.alone
+@pytest.mark.timed
 def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store):
     store, out = shared_store, tmp_path / "out"
     done = _run(WORKFLOWS / "bert-openvino.json", store, out)
