@@ -9,7 +9,11 @@ runs it as a one-shot worker would, with fds 1 and 2 redirected into the job's l
 that job's output alone, puts back what a job may have changed (working directory, environment,
 ``sys.path`` (entries added stay), ``sys.argv``, SIGINT/SIGTERM handlers, torch's thread count) and answers ``done`` on
 its original stdout, or ``recycle`` after a job that failed with an unexpected exception (then it
-exits: a plugin's bug may leave broken state behind).
+exits: a plugin's bug may leave broken state behind), and after a job that left the worker more
+than ``LEFT_BEHIND_BYTES`` larger than it found it once freed memory is given back (``malloc_trim``):
+a large model's job leaves gigabytes in the allocator's arenas, which the next job, in the same
+process, would add to its own peak (a 4 GB encoder's fusion was killed for memory in the worker
+that had exported it).
 """
 
 from __future__ import annotations
@@ -29,6 +33,23 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: how long a worker that has just finished a job waits for the next one before it goes back to
 #: its preloads (the engine sends the next job within a fraction of a second)
 AFTER_JOB_S = 0.5
+#: a worker whose resident memory grew by more than this over a job is ended, not reused
+LEFT_BEHIND_BYTES = 1 << 30
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux's /proc), after giving freed heap memory back to
+    the system (glibc's ``malloc_trim``; where neither exists, None: nothing is judged)."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def preload(module: str) -> None:
@@ -140,6 +161,7 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
             owed += 1
             continue
         state, threads = _State(), _torch_threads()  # what the job finds, put back after it
+        before = resident_bytes()
         with _output_to(message["log"], idle):
             deadline[0] = message.get("deadline")
             try:
@@ -148,7 +170,8 @@ def serve(run_job: Callable[[Path], dict[str, Any]], deadline: list[float | None
                 deadline[0] = None
         state.restore(threads)
         just_ran = True
-        recycle = "traceback" in outcome
+        after = resident_bytes()
+        recycle = "traceback" in outcome or (before is not None and after is not None and after - before > LEFT_BEHIND_BYTES)
         control.write(b"recycle\n" if recycle else b"done\n")
         if recycle:
             return 0

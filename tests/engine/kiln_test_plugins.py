@@ -101,6 +101,22 @@ class Pid(Copy):
         return PassResult(model=result.model, details={"pid": os.getpid(), "left_behind": leaked, "cwd": os.getcwd()})
 
 
+#: what Hoard jobs keep alive in the worker's process
+_HOARD: list[bytes] = []
+
+
+class Hoard(Pid):
+    name = "hoard"
+    summary = "copies its input and keeps `megabytes` of memory alive in its process after it ends (a library's cache)"
+
+    class Config(Pid.Config):
+        megabytes: int = 0
+
+    def run(self, model: ModelArtifact, ctx: PassContext) -> PassResult:
+        _HOARD.append(b"\x01" * (self.config.megabytes << 20))  # written, so resident
+        return super().run(model, ctx)
+
+
 class Placed(Evaluator):
     """Stands for a GPU target's session refusing a setting the model cannot take (a CUDA graph
     with nodes on the CPU): with two intra-op threads it raises SettingInapplicable, as

@@ -24,7 +24,9 @@ from engine.store.store import Store
 
 @pytest.fixture
 def executor(tmp_path: Path, test_plugins: None, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("KILN_PLUGINS", os.environ["KILN_PLUGINS"] + ",passes:pid=kiln_test_plugins:Pid")
+    monkeypatch.setenv(
+        "KILN_PLUGINS", os.environ["KILN_PLUGINS"] + ",passes:pid=kiln_test_plugins:Pid,passes:hoard=kiln_test_plugins:Hoard"
+    )
     registry._index.cache_clear()
     registry.load.cache_clear()
     executor = LocalExecutor(Store(tmp_path / "store").ensure(), pool=True)
@@ -60,6 +62,19 @@ def test_a_pooled_worker_runs_jobs_one_after_another_each_with_its_own_log(execu
     assert first.log is not None and second.log is not None
     assert "output of first" in first.log.read_text() and "second" not in first.log.read_text()
     assert "output of second" in second.log.read_text() and "first" not in second.log.read_text()
+
+
+def test_a_worker_a_job_left_a_gigabyte_larger_is_not_reused(executor, model):
+    # a large model's job leaves memory in the worker (here kept alive on purpose, as an allocator's
+    # arenas or a library's cache would): the next job would add it to its own peak
+    small = executor.run(order(model, "hoard", tag="small", megabytes=64))
+    after_small = executor.run(order(model, "pid", tag="after small"))
+    large = executor.run(order(model, "hoard", tag="large", megabytes=1200))
+    after_large = executor.run(order(model, "pid", tag="after large"))
+    assert small.ok and after_small.ok and large.ok and after_large.ok
+    assert after_small.record["details"]["pid"] == small.record["details"]["pid"]  # 64 MB left: reused
+    assert after_large.record["details"]["pid"] != large.record["details"]["pid"]  # 1.2 GB left: ended
+    assert gone(large.record["details"]["pid"])
 
 
 def test_a_crash_fails_only_its_job_and_a_fresh_worker_runs_the_next(executor, model):
