@@ -12,6 +12,7 @@ name when the data is read. The script is read as text here, never run.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,7 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
         if file and ctx.exists(str(file)) and suffix in (".csv", ".json", ".jsonl", ".txt"):
             return _local_file(str(file), suffix, pre, ctx)
         if load.get("data_name") and str(load["data_name"]).lower() not in FILE_BUILDERS:
-            return hub_dataset(kind, load, pre, where, ctx)
+            return hub_dataset(kind, load, pre, where, ctx, script_columns(config.get("user_script"), ctx))
         ctx.skip(
             f"{where}.load_dataset_config",
             f"the {load.get('data_name') or 'unnamed'} files {files!r} are not beside the config: save them as csv/jsonl/text "
@@ -196,14 +197,42 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
     return None
 
 
-def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] | None:
+def script_columns(script: Any, ctx: Any) -> list[str]:
+    """The dataset columns a recipe's user_script reads from the samples it loops over (``for i, sample
+    in enumerate(dataset)`` ... ``sample["text"]``), in first-read order; none when there is no script.
+    Read, never run (Kiln does not run a recipe's data script at import)."""
+    if not script or not ctx.exists(str(script)):
+        return []
+    try:
+        text = ctx.full(str(script)).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    loops = set(re.findall(r"for\s+(?:\w+\s*,\s*)?(\w+)\s+in\s+(?:enumerate\(\s*)?\w*dataset\w*\b", text))
+    found: dict[str, None] = {}
+    for variable, column in re.findall(r"\b(\w+)\[\s*[\"'](\w+)[\"']\s*\]", text):
+        if variable in loops:
+            found.setdefault(column, None)
+    return list(found)
+
+
+def hub_dataset(
+    kind: str, load: dict[str, Any], pre: dict[str, Any], where: str, ctx: Any, read_by_script: list[str] | None = None
+) -> dict[str, Any] | None:
     """Olive's Hub dataset (load_dataset_config: data_name, subset, split; pre_process_data_config: its columns,
     lengths and sample count) as Kiln's hf_dataset, read from the Hub cache; None (listed) when Kiln cannot
-    read its samples (no text column, or text with no Hugging Face tokenizer at hand)."""
+    read its samples (no text column, or text with no Hugging Face tokenizer at hand). A config that
+    names no column, under a script that reads exactly one column of the samples (``read_by_script``),
+    takes that one as its text column, with a note."""
     name = str(load["data_name"])
     load, pre = {**load, **(load.get("params") or {})}, {**pre, **(pre.get("params") or {})}
     cols = pre.get("input_cols") or pre.get("text_cols") or []
     cols = [cols] if isinstance(cols, str) else list(cols)
+    if not cols and read_by_script and len(read_by_script) == 1 and not pre.get("input_col"):
+        cols = list(read_by_script)
+        ctx.notes.append(
+            f"{where}: the recipe's script reads the column {cols[0]!r} of each sample of {name}: Kiln tokenizes that column "
+            "with the input model's tokenizer (the script's own preprocessing is not run)"
+        )
     generation = kind == "TextGenerationContainer" or bool(pre.get("strategy")) or ("text_cols" in pre and not pre.get("input_cols"))
     image_col = pre.get("input_col") or pre.get("image_col")
     images = str(pre.get("type", "")).lower() in IMAGE_PRE and any(word in name.lower() for word in IMAGE_DATASET_WORDS)

@@ -170,19 +170,14 @@ def _quant_pre_process(source: Path, target: Path, keep_names: bool, large: bool
 
 
 def _preprocess_in_child(source: Path, target: Path, keep_names: bool) -> list[LibraryMessage]:
-    """``quant_pre_process`` of a model past 2 GB in a child process, returning what it logged.
+    """``quant_pre_process`` of a model past 2 GB in a child process (passes.common.child), returning
+    what it logged. The preprocessing holds about twice the model (the optimizer's copy and shape
+    inference's); in the worker the quantizer's three times that followed before the first was
+    given back. A child that dies raises: the preprocessing failed, and the model is quantized as
+    given, as for any other failure of it."""
+    from passes.common.child import run_in_child
 
-    The preprocessing holds about twice the model (the optimizer's copy and shape inference's),
-    and in one process the quantizer's three times that followed before the first was given
-    back: a 4.3 GB encoder's step peaked at 22.6 GiB. In a child the memory goes back to the
-    system when it exits, so the step peaks at the larger of the two alone. A child that dies
-    (killed for memory) raises ``BrokenProcessPool``: the preprocessing failed, and the model is
-    quantized as given, as for any other failure of it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_preprocess_logged, source, target, keep_names).result()
+    return run_in_child(_preprocess_logged, source, target, keep_names)
 
 
 def _preprocess_logged(source: Path, target: Path, keep_names: bool) -> list[LibraryMessage]:
