@@ -263,7 +263,7 @@ def _chosen(output: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.timed
+@pytest.mark.alone
 def test_optimizing_minilm_for_the_cpu_chooses_a_measured_int8_model(store_dir, tmp_path):
     done = _run([str(minilm_folder()), "--device", "cpu", "--precision", "int8", "--max-candidates", "3"], tmp_path, dict(os.environ))
     assert done.returncode == 0, done.stdout + done.stderr
