@@ -173,7 +173,6 @@ class OrtFusion(OnnxPass):
         optimizer, fusion = require(
             "onnxruntime", self.name, "onnxruntime.transformers.optimizer", "onnxruntime.transformers.fusion_options"
         )
-        from passes.graph._ort_optimize import optimize_model, without_level_0_warning
         from passes.quantize.onnx_facts import prune_unused_opsets
 
         cfg = self.config
@@ -186,13 +185,16 @@ class OrtFusion(OnnxPass):
         started = time.perf_counter()
         fusion_options = self._fusion_options(fusion.FusionOptions)
         options = {"opt_level": opt_level, "use_gpu": use_gpu, "provider": provider, "only_onnxruntime": cfg.only_onnxruntime}
-        with quiet_library() as messages:  # past 2 GB, onnxruntime's half in a child: passes.graph._ort_optimize
-            fused, logged = optimize_model(
-                optimizer, source, given.workdir, options, model_type=cfg.model_type, num_heads=num_heads, hidden_size=hidden_size,
+        with quiet_library() as messages:
+            fused = optimizer.optimize_model(
+                str(source),
+                model_type=cfg.model_type,
+                num_heads=num_heads,
+                hidden_size=hidden_size,
                 optimization_options=fusion_options,
-            )  # fmt: skip
+                **options,
+            )
             statistics = fused.get_fused_operator_statistics()
-        messages[:] = without_level_0_warning([*logged, *(m for m in messages if m not in logged)])
         seconds = round(time.perf_counter() - started, 3)
 
         output = fused.model

@@ -280,26 +280,3 @@ def test_gpu_fusion_above_level_0_on_a_cpu_build_fails_instead_of_fusing_for_the
     # onnxruntime's optimizer given provider="cuda" would silently optimize with the CPU provider
     with pytest.raises(PassError, match="use_gpu needs an onnxruntime build with a GPU execution provider"):
         _fuse_for(eager_onnx, tmp_path, tiny_bert, _target(device="cuda"), opt_level=1)
-
-
-@pytest.mark.parametrize(
-    "options", [{}, {"opt_level": 2}, {"only_onnxruntime": True, "opt_level": 1}], ids=["default", "level-2", "only-ort"]
-)
-def test_past_2gb_onnxruntimes_half_runs_in_a_child_and_gives_the_same_model(
-    eager_onnx: ModelArtifact, tiny_bert: ModelArtifact, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, object]
-) -> None:
-    import onnxruntime.transformers.optimizer as ort_optimizer
-
-    from passes.graph import _ort_optimize
-
-    here = _fuse(eager_onnx, tmp_path / "here", tiny_bert, **options)
-    monkeypatch.setattr(_ort_optimize, "EXTERNAL_DATA_THRESHOLD", 0)  # every model counts as past 2 GB
-
-    def not_here(*args: object, **kwargs: object) -> None:
-        raise AssertionError("onnxruntime's optimizer ran in the pass's own process")
-
-    monkeypatch.setattr(ort_optimizer, "optimize_by_onnxruntime", not_here)  # the child imports its own
-    child = _fuse(eager_onnx, tmp_path / "child", tiny_bert, **options)
-    assert child.model.model_file.read_bytes() == here.model.model_file.read_bytes()
-    assert child.details["fused_operators"] == here.details["fused_operators"]
-    assert child.details["library_warnings"] == here.details["library_warnings"]
