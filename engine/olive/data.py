@@ -12,7 +12,6 @@ name when the data is read. The script is read as text here, never run.
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 from typing import Any
 
@@ -198,20 +197,32 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
 
 
 def script_columns(script: Any, ctx: Any) -> list[str]:
-    """The dataset columns a recipe's user_script reads from the samples it loops over (``for i, sample
-    in enumerate(dataset)`` ... ``sample["text"]``), in first-read order; none when there is no script.
-    Read, never run (Kiln does not run a recipe's data script at import)."""
+    """The dataset columns a recipe's user_script reads of the samples it loops over (``for i, sample
+    in enumerate(dataset): ... sample["text"]``: string subscripts of the loop's variable inside the
+    loop), in first-read order; none when there is no script or it does not parse. Read with ``ast``,
+    never run (Kiln does not run a recipe's data script at import)."""
     if not script or not ctx.exists(str(script)):
         return []
     try:
-        text = ctx.full(str(script)).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        tree = ast.parse(ctx.full(str(script)).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
         return []
-    loops = set(re.findall(r"for\s+(?:\w+\s*,\s*)?(\w+)\s+in\s+(?:enumerate\(\s*)?\w*dataset\w*\b", text))
     found: dict[str, None] = {}
-    for variable, column in re.findall(r"\b(\w+)\[\s*[\"'](\w+)[\"']\s*\]", text):
-        if variable in loops:
-            found.setdefault(column, None)
+    for loop in ast.walk(tree):
+        if not isinstance(loop, ast.For) or "dataset" not in ast.unparse(loop.iter).lower():
+            continue
+        target = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+        if not isinstance(target, ast.Name):
+            continue
+        for node in (n for statement in loop.body for n in ast.walk(statement)):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == target.id
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)
+            ):
+                found.setdefault(node.slice.value, None)
     return list(found)
 
 

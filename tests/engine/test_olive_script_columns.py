@@ -16,6 +16,11 @@ from engine.olive.importer import translate
 C4_SCRIPT = """
 from olive.data.registry import Registry
 
+class TextDataset:
+    def __getitem__(self, idx):
+        sample = self.text[idx]  # the tokenized rows it built: not the dataset's columns
+        return {"input_ids": sample["input_ids"], "attention_mask": sample["attention_mask"]}
+
 @Registry.register_pre_process()
 def dataset_pre_process(dataset, **kwargs):
     from transformers import AutoTokenizer
