@@ -63,8 +63,13 @@ def test_ray_executor_chooses_what_the_local_executor_chooses(tmp_path, tiny_onn
 
 def test_without_workers_ray_runs_as_many_jobs_at_once_as_the_cluster_has_cpus(tmp_path, tiny_onnx, local_cluster):
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
-    # two paths from the input, one sleeping pass each: the cluster (2 CPUs) runs both at once
-    workflow["steps"] = [{"id": "a", "pass": "sleep", "config": {"seconds": 3.0}}, {"id": "b", "pass": "sleep", "config": {"seconds": 3.1}}]
+    # two paths from the input, one sleeping pass each: the cluster (2 CPUs) runs both at once (long
+    # enough that the second task's worker starts within the first's sleep beside another test's
+    # load under xdist: 3 s was not, twice)
+    workflow["steps"] = [
+        {"id": "a", "pass": "sleep", "config": {"seconds": 10.0}},
+        {"id": "b", "pass": "sleep", "config": {"seconds": 10.1}},
+    ]
     workflow["evaluate"] = [{"id": "size", "evaluator": "size"}]
     workflow["select"] = {"objective": {"metric": "size.file_bytes", "goal": "min"}}
     resolved = load_workflow(write_workflow(tmp_path, workflow))
