@@ -41,35 +41,11 @@ def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[
     )
 
 
-#: each latency measurement of the bert examples at most this long here (30 s as written): the
-#: tests check the choices and their bounds; the figures at full length are bench/cold_run.py's
-TEST_MAX_TIME_S = 12
-
-
-def _shorter_timings(name: str, folder: Path) -> Path:
-    """The example ``name`` with its latency measurements capped at ``TEST_MAX_TIME_S`` (the same
-    cap in both bert examples, so they still share their ort-cpu evaluations in one store), its
-    datasets read from the examples' folder."""
-    import yaml
-
-    workflow = yaml.safe_load((WORKFLOWS / name).read_text())
-    for dataset in workflow["data"].values():
-        if "path" in dataset:
-            dataset["path"] = str(WORKFLOWS / dataset["path"])
-    (latency,) = [e for e in workflow["evaluate"] if e["evaluator"] == "latency"]
-    assert latency["config"]["max_time_s"] > TEST_MAX_TIME_S
-    latency["config"]["max_time_s"] = TEST_MAX_TIME_S
-    path = folder / name
-    path.write_text(json.dumps(workflow) if name.endswith(".json") else yaml.safe_dump(workflow, sort_keys=False))
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.alone
 def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cache(tmp_path, shared_store):
     store, out = shared_store, tmp_path / "out"
-    workflow = _shorter_timings("bert-cpu.yaml", tmp_path)
-    first = _run(workflow, store, out)
+    first = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert first.returncode == 0, first.stdout + first.stderr
     records = {c["path"]: c for c in json.loads((out / "candidates.json").read_text())["candidates"]}
     assert len(records) == 25 and all(c["state"] == "complete" for c in records.values())
@@ -105,7 +81,7 @@ def test_bert_cpu_ladder_chooses_a_fast_faithful_model_then_reruns_from_the_cach
     session = onnxruntime.InferenceSession(str(out / "ort-cpu" / "model" / "model.onnx"), providers=["CPUExecutionProvider"])
     assert {i.name for i in session.get_inputs()} >= {"input_ids", "attention_mask"}
 
-    second = _run(workflow, store, out)
+    second = _run(WORKFLOWS / "bert-cpu.yaml", store, out)
     assert second.returncode == 0
     assert "passes: 0 run" in second.stdout and "evaluations: 0 run" in second.stdout
 
@@ -133,7 +109,7 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
 @pytest.mark.alone
 def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store):
     store, out = shared_store, tmp_path / "out"
-    done = _run(_shorter_timings("bert-openvino.json", tmp_path), store, out)
+    done = _run(WORKFLOWS / "bert-openvino.json", store, out)
     assert done.returncode == 0, done.stdout + done.stderr
     records = json.loads((out / "candidates.json").read_text())["candidates"]
     exports = {c["steps"][0]["digest"] for c in records if c["steps"]}
