@@ -19,6 +19,7 @@ that had exported it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -37,14 +38,24 @@ AFTER_JOB_S = 0.5
 LEFT_BEHIND_BYTES = 1 << 30
 
 
-def resident_bytes() -> int | None:
-    """This process's resident memory now (Linux's /proc), after giving freed heap memory back to
-    the system (glibc's ``malloc_trim``; where neither exists, None: nothing is judged)."""
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``); None elsewhere."""
     import ctypes
     import ctypes.util
 
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux's /proc), after giving freed heap memory back to
+    the system (glibc's ``malloc_trim``; where neither exists, None: nothing is judged)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

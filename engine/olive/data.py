@@ -182,7 +182,7 @@ def _container(config: dict[str, Any], where: str, ctx: Any) -> dict[str, Any] |
         if file and ctx.exists(str(file)) and suffix in (".csv", ".json", ".jsonl", ".txt"):
             return _local_file(str(file), suffix, pre, ctx)
         if load.get("data_name") and str(load["data_name"]).lower() not in FILE_BUILDERS:
-            return hub_dataset(kind, load, pre, where, ctx, script_columns(config.get("user_script"), ctx))
+            return hub_dataset(kind, load, pre, where, ctx, config.get("user_script"))
         ctx.skip(
             f"{where}.load_dataset_config",
             f"the {load.get('data_name') or 'unnamed'} files {files!r} are not beside the config: save them as csv/jsonl/text "
@@ -226,19 +226,18 @@ def script_columns(script: Any, ctx: Any) -> list[str]:
     return list(found)
 
 
-def hub_dataset(
-    kind: str, load: dict[str, Any], pre: dict[str, Any], where: str, ctx: Any, read_by_script: list[str] | None = None
-) -> dict[str, Any] | None:
+def hub_dataset(kind: str, load: dict[str, Any], pre: dict[str, Any], where: str, ctx: Any, script: Any = None) -> dict[str, Any] | None:
     """Olive's Hub dataset (load_dataset_config: data_name, subset, split; pre_process_data_config: its columns,
     lengths and sample count) as Kiln's hf_dataset, read from the Hub cache; None (listed) when Kiln cannot
     read its samples (no text column, or text with no Hugging Face tokenizer at hand). A config that
-    names no column, under a script that reads exactly one column of the samples (``read_by_script``),
+    names no column, under a ``script`` that reads exactly one column of the samples (``script_columns``),
     takes that one as its text column, with a note."""
     name = str(load["data_name"])
     load, pre = {**load, **(load.get("params") or {})}, {**pre, **(pre.get("params") or {})}
     cols = pre.get("input_cols") or pre.get("text_cols") or []
     cols = [cols] if isinstance(cols, str) else list(cols)
-    if not cols and read_by_script and len(read_by_script) == 1 and not pre.get("input_col"):
+    read_by_script = script_columns(script, ctx) if not cols and not pre.get("input_col") else []
+    if len(read_by_script) == 1:
         cols = list(read_by_script)
         ctx.notes.append(
             f"{where}: the recipe's script reads the column {cols[0]!r} of each sample of {name}: Kiln tokenizes that column "

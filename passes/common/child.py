@@ -1,7 +1,7 @@
 """A step of a pass run in a child process, for a model past 2 GB.
 
-A library step that holds several copies of a large model (onnxruntime's graph optimizer, the
-quantizers' preprocessing) leaves much of that memory in the worker's allocator after it returns,
+A library step that holds several copies of a large model (ort_quantize's ``quant_pre_process``)
+leaves much of that memory in the worker's allocator after it returns,
 and the next step in the same process starts from there: a 4.3 GB encoder's quantization peaked
 at 22.6 GiB with both steps in one process. In a child the memory goes back to the system when it
 exits, so the job peaks at the larger of its steps, not near their sum.

@@ -7,20 +7,13 @@ import threading
 import uuid
 
 from alone import machine
+from holders import hold_in_thread
 
 WAIT_S = 0.3
 
 
 def _holder(run_id: str, alone: bool, log: list[str], name: str, release: threading.Event) -> threading.Thread:
-    def hold() -> None:
-        with machine(run_id, alone):
-            log.append(f"{name} in")
-            release.wait(10)
-            log.append(f"{name} out")
-
-    thread = threading.Thread(target=hold, daemon=True)
-    thread.start()
-    return thread
+    return hold_in_thread(lambda: machine(run_id, alone), log, name, release)
 
 
 def test_an_alone_test_waits_for_the_others_and_the_next_ones_wait_for_it() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from holders import hold_in_thread
 
 from engine.core.errors import InputError
 from engine.execute.gate import Gate
@@ -21,15 +22,7 @@ WAIT_S = 0.3
 
 
 def _job(gate: Gate, timing: bool, log: list[str], name: str, release: threading.Event) -> threading.Thread:
-    def run() -> None:
-        with gate.exclusive() if timing else gate.shared():
-            log.append(f"{name} in")
-            release.wait(10)
-            log.append(f"{name} out")
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    return hold_in_thread(lambda: gate.exclusive() if timing else gate.shared(), log, name, release)
 
 
 def test_two_runs_gates_on_one_host_lock_keep_a_timing_job_alone(tmp_path: Path) -> None:
