@@ -26,6 +26,8 @@ LOAD_WINDOW_S = 0.1
 #: to sleep, and one untimed run then wakes the next arm's threads, so each arm is timed in the
 #: steady state it would have alone
 SETTLE_S = 0.01
+#: untimed runs in a row whose times must agree before a warm-up may stop early
+STEADY_RUNS = 3
 
 
 class RoundsConfig(Protocol):
@@ -92,6 +94,23 @@ class Arm:
             self.session.synchronize()
         except RUN_ERRORS as error:
             raise run_failed(self.feeds, self.role, error) from error
+
+    def warm_up_until_steady(self, most: int, spread: float) -> int:
+        """Untimed runs until the last ``STEADY_RUNS`` took times within ``spread`` of each
+        other (the slowest at most ``1 + spread`` times the fastest), ``most`` at the most;
+        returns how many were made. A fresh session's first runs are slow (the allocator's
+        arenas grow, lazy kernels are chosen, a CUDA graph is captured); once three in a row
+        agree that is over, and further untimed runs cost the evaluation time for nothing.
+        ``spread`` 0 makes all ``most``."""
+        if spread <= 0 or most <= STEADY_RUNS:
+            self.warm_up(most)
+            return most
+        recent: list[int] = []
+        for made in range(1, most + 1):
+            recent = [*recent[-(STEADY_RUNS - 1) :], self.time(1)[0]]
+            if len(recent) == STEADY_RUNS and max(recent) <= (1 + spread) * min(recent):
+                return made
+        return most
 
     def time(self, runs: int) -> list[int]:
         """``runs`` timed runs; each is bracketed by device synchronization, so a GPU's queued

@@ -78,7 +78,7 @@ class Latency(Evaluator):
         "giving the speedup with a confidence interval, plus the candidate's percentiles, throughput and load time; "
         "rounds taken while other processes keep the machine busy are re-measured and flagged."
     )
-    version = "2"
+    version = "3"  # 3: the warm-up stops once steady (warmup_spread)
     timing = True
     needs_reference = True
     metrics = (
@@ -108,7 +108,19 @@ class Latency(Evaluator):
             default=10,
             ge=0,
             le=100_000,
-            description="Untimed runs of each model before measuring (caches, allocator, lazy kernel choices).",
+            description=(
+                "Untimed runs of each model in each fresh session before measuring (caches, allocator, lazy kernel choices), "
+                "at most: the warm-up stops earlier once three runs in a row agree within `warmup_spread`."
+            ),
+        )
+        warmup_spread: float = Field(
+            default=0.1,
+            ge=0.0,
+            le=10.0,
+            description=(
+                "The warm-up of a session ends once three untimed runs in a row took times within this fraction of each other "
+                "(slowest <= (1 + spread) x fastest), or after `warmup` runs. 0: always all `warmup` runs."
+            ),
         )
         runs: int = Field(default=100, ge=1, le=10_000_000, description="Timed runs of the candidate (at least), spread over the rounds.")
         min_time_s: float = Field(
@@ -163,6 +175,7 @@ class Latency(Evaluator):
         cold = model.digest not in _OPENED
         starts_ms: list[float] = []  # every creation of the candidate's session, the first one first
         reference_binding: str | None = None
+        warmed: list[int] = []  # untimed runs made before each arm's rounds, per session
         while True:
             # one block: a fresh pair of sessions, warmed up, timed for a few rounds, closed
             opened: list[Session] = []
@@ -181,7 +194,7 @@ class Latency(Evaluator):
                     reference_binding = arms[0].io_binding
                 first = first or arms[-1]
                 for arm in arms:
-                    arm.warm_up(cfg.warmup)
+                    warmed.append(arm.warm_up_until_steady(cfg.warmup, cfg.warmup_spread))
                 rounds.block(arms)
             finally:
                 for session in opened:
@@ -195,6 +208,7 @@ class Latency(Evaluator):
             starts_ms.append((time.perf_counter_ns() - started) / 1e6)
         startup = Startup(starts_ms[0], starts_ms[1:], cold)
         result = self._result(rounds, first, startup, ctx, batch is not None)
+        result.details["warmup_runs"] = {"most": cfg.warmup, "made": warmed, "spread": cfg.warmup_spread}
         if isinstance(first.session, GenerativeSession):
             result.details["decoder_timing"] = "prefill: one forward pass from an empty cache; the generation evaluator times decoding"
         if reference_binding is not None:

@@ -11,6 +11,7 @@ import pytest
 
 from engine.core.data import Dataset
 from engine.core.errors import EvaluationError
+from evaluators._rounds import Arm
 from evaluators.latency import Latency
 
 TINY_VOCAB = 50  # the tiny models embed 50 token ids
@@ -225,3 +226,42 @@ def test_warm_starts_are_topped_up_to_the_number_asked_for(tmp_path, make_model)
     )
     assert len(target.sessions) == 1 + 5 and result.details["startup"]["warm_count"] == 5
     assert result.values["startup_warm_ms"] > 0
+
+
+def _scripted_arm(monkeypatch: pytest.MonkeyPatch, times_ms: list[float]) -> Arm:
+    """An arm over a fake session whose runs 'take' the scripted times (then the last one again)."""
+    from _fakes import FakeSession
+
+    arm = Arm("model", FakeSession(fail=False), {"x": np.ones((1, 4), np.float32)})
+    script = iter(times_ms)
+    last = [times_ms[-1]]
+
+    def timed(runs: int) -> list[int]:
+        last[0] = next(script, last[0])
+        return [int(last[0] * 1e6)]
+
+    monkeypatch.setattr(arm, "time", timed)
+    return arm
+
+
+def test_the_warm_up_stops_once_three_runs_in_a_row_agree(monkeypatch) -> None:
+    # a fresh session: two slow runs, then steady within 10%
+    assert _scripted_arm(monkeypatch, [60, 40, 10, 10.5, 10.2]).warm_up_until_steady(20, 0.1) == 5
+    # a wider spread than asked never counts as steady: all 20 runs are made
+    assert _scripted_arm(monkeypatch, [10, 12] * 10).warm_up_until_steady(20, 0.1) == 20
+    assert _scripted_arm(monkeypatch, [10, 12] * 10).warm_up_until_steady(20, 0.25) == 3
+
+
+def test_a_warm_up_spread_of_zero_makes_every_warm_up_run(monkeypatch) -> None:
+    arm = _scripted_arm(monkeypatch, [10.0])
+    assert arm.warm_up_until_steady(20, 0.0) == 20
+    assert arm.session.prepared_runs == 20  # type: ignore[attr-defined]
+
+
+def test_the_warm_up_runs_made_are_recorded_per_session(make_model, make_ctx) -> None:
+    model = make_model().artifact
+    result = latency(warmup=12, runs=20, runs_per_round=5, sessions=2, min_rounds=4).evaluate(model, make_ctx(reference=model))
+    warmed = result.details["warmup_runs"]
+    assert warmed["most"] == 12 and warmed["spread"] == 0.1
+    assert len(warmed["made"]) == 2 * result.details["sessions"]  # reference and candidate, per pair of sessions
+    assert all(3 <= made <= 12 for made in warmed["made"])
