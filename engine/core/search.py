@@ -273,6 +273,9 @@ class Sampler(Protocol):
     #: consecutive asks that only found points processed before, after which the sampler is deemed
     #: exhausted; None: never (a sampler that proposes each point once)
     max_repeats: int | None
+    #: (optional, read with ``getattr``; default False) True when ``ask`` never depends on what
+    #: ``tell`` said, as a grid's: the search then asks for the next point as soon as a worker is
+    #: free; otherwise it asks in waves of one point per worker, told whole before the next
 
     def resume(self) -> list[Trial]: ...
 

@@ -52,6 +52,8 @@ class GridSampler:
     """Every point of the space, in order; each once, so it is never deemed exhausted by repeats."""
 
     max_repeats: int | None = None
+    #: its points do not depend on what it is told: the search keeps every worker busy
+    independent = True
 
     def __init__(self, space: TargetSpace) -> None:
         self._points = iter(enumerate(space.points()))

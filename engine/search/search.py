@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
 from engine.core.hashing import sha256_json
 from engine.core.search import Outcome, Sampler, Trial, TrialState
@@ -186,9 +187,13 @@ class TargetSearch:
     def _search(self, sampler: Sampler) -> None:
         plan = self.runner.plan
         self._screen_settings()
-        if self.spec.baselines:
-            baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen and plan.measured(c)]
-            baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
+        baselines = [c for c in plan.baselines(self.target) if c.id not in self.seen and plan.measured(c)] if self.spec.baselines else []
+        # the baselines are processed whatever the budget, except max_candidates
+        baselines = baselines[: max(0, (self.spec.max_candidates or len(baselines) + 1) - len(self.seen))]
+        if getattr(sampler, "independent", False):
+            self._stream(sampler, baselines)
+            return
+        if baselines:
             for baseline, result in zip(baselines, self.process_all(baselines), strict=True):
                 if baseline.point is not None:
                     sampler.tell(Trial(baseline.point), self.outcome(result))  # a point it did not propose
@@ -197,6 +202,72 @@ class TargetSearch:
             again = plan.candidate(self.target, dict(finished.point))
             if again is not None and again.id not in self.seen:
                 self.process_all([again])
+        self._waves(sampler)
+
+    def _upcoming(self, sampler: Sampler, baselines: list[Candidate]) -> Iterator[tuple[Candidate, Trial | None]]:
+        """What to process next, in order: the baselines (told as points the sampler did not
+        propose), what earlier runs of the search finished (not told), then the sampler's points."""
+        plan = self.runner.plan
+        for baseline in baselines:
+            yield baseline, None if baseline.point is None else Trial(baseline.point)
+        for finished in sampler.resume():
+            again = plan.candidate(self.target, dict(finished.point))
+            if again is not None:
+                yield again, None
+        while (trial := sampler.ask()) is not None:
+            candidate = plan.candidate(self.target, dict(trial.point))
+            if candidate is None:
+                sampler.tell(trial, Outcome(TrialState.FAILED))
+            elif sha256_json(candidate.settings) in self.pruned_settings:
+                sampler.tell(trial, Outcome(TrialState.PRUNED))
+            else:
+                yield candidate, trial
+
+    def _stream(self, sampler: Sampler, baselines: list[Candidate]) -> None:
+        """A sampler whose points do not depend on what it is told (the grid): every worker is
+        kept busy, the next candidate started as soon as one finishes. In waves, a wave's fast
+        candidate (rejected on fidelity in seconds) left its worker idle until the wave's slowest
+        (an accuracy-driven quantization, tens of seconds) was done."""
+        upcoming = self._upcoming(sampler, baselines)
+        running: dict[Future[CandidateResult], list[Trial]] = {}
+        by_id: dict[str, Future[CandidateResult]] = {}
+        exhausted = False
+        baselines_left = len(baselines)  # the first items: processed whatever the budget, as in waves
+        while True:
+            while (
+                not self.stop.is_set()
+                and not exhausted
+                and len(running) < self.runner.gate.workers
+                and (baselines_left > 0 or self.budget_left())
+            ):
+                candidate, trial = next(upcoming, (None, None))
+                baselines_left -= 1
+                if candidate is None:
+                    exhausted = True
+                elif candidate.id in by_id and by_id[candidate.id] in running:  # in flight: told when it ends
+                    running[by_id[candidate.id]].extend([trial] if trial else [])
+                elif candidate.id in self.seen:
+                    known = self.runner.results.get(candidate.id)
+                    if trial is not None and known is not None:
+                        sampler.tell(trial, self.outcome(known))  # a point processed before: what was measured
+                else:
+                    self.seen.add(candidate.id)
+                    by_id[candidate.id] = future = self.pool.submit(self.runner.process, candidate)
+                    running[future] = [trial] if trial else []
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                result = future.result()
+                for told in running.pop(future):
+                    sampler.tell(told, self.outcome(result))
+
+    def _waves(self, sampler: Sampler) -> None:
+        """A sampler that learns from what it is told (TPE, NSGA-II, ...) asks in waves of as many
+        points as there are workers and is told the whole wave before it asks again, so what it
+        proposes depends on what was measured, never on which candidate happened to finish first:
+        the same search chooses the same with one worker or four."""
+        plan = self.runner.plan
         repeats = 0
         limit = float("inf") if sampler.max_repeats is None else sampler.max_repeats
         while self.budget_left() and repeats < limit:

@@ -239,3 +239,26 @@ def test_a_drop_constraint_needs_the_reference_measured(tmp_path, tiny_onnx):
     assert all("search.reference" in p.message and p.hint for p in caught.value.problems)
     workflow["search"].pop("reference")
     load_workflow(write_workflow(tmp_path, workflow))  # measured (the default): valid
+
+
+def test_a_grid_keeps_every_worker_busy_while_one_candidate_is_slow(tmp_path, tiny_onnx, test_plugins):
+    """The grid's next point is asked for as soon as a worker is free: the three quick candidates
+    are done while the slow one still runs (in waves of two, two of them waited for it)."""
+    workflow = tiny_workflow(tiny_onnx, output={"dir": str(tmp_path / "out")})
+    workflow["steps"] = [{"id": "nap", "pass": "sleep", "search": {"seconds": [6.0, 0.1, 0.2, 0.3]}}]
+    workflow["search"] = {"sampler": "grid", "baselines": False}  # the grid's points only, in order
+    workflow["evaluate"] = workflow["evaluate"][:1]
+    workflow["select"] = {"objective": {"metric": "fidelity.max_abs_error", "goal": "min"}, "constraints": []}
+    path = write_workflow(tmp_path, workflow)
+    done = subprocess.run(
+        [*engine_cmd(), "run", str(path), "--store", str(tmp_path / "store"), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    slept = {r["steps"][0]["config"]["seconds"]: r["steps"][0]["details"]["slept"] for r in records if r["steps"]}
+    assert sorted(slept) == [0.1, 0.2, 0.3, 6.0]
+    slow_ended = slept.pop(6.0)[1]
+    assert all(end < slow_ended for _, end in slept.values()), slept
