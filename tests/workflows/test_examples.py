@@ -135,11 +135,28 @@ def test_digits_cnn_holds_int8_to_the_heldout_accuracy(tmp_path):
     assert chosen["reference"] or chosen["intervals"]["latency.speedup"]["high"] >= 1.0, chosen["verdict"]
 
 
+def _bert_openvino_lean(folder: Path) -> Path:
+    """workflows/bert-openvino.json with every target and every kind of step, less two searched
+    points: NNCF INT8 at SmoothQuant alpha 0.8 only (not NNCF's default too), and no plain dynamic
+    INT8 for ONNX Runtime (per-tensor and per-channel: both rejected on the bar, which
+    test_bert_cpu_ladder asserts). CI time: as written it takes about 5.5 minutes on 2 cores
+    (`python bench/cold_run.py workflows/bert-openvino.json --runs 1`; docs/benchmarks.md)."""
+    workflow = json.loads((WORKFLOWS / "bert-openvino.json").read_text())
+    for source in workflow["data"].values():
+        source["path"] = str(WORKFLOWS / source["path"])
+    workflow["steps"] = [step for step in workflow["steps"] if step["id"] != "ort_int8"]
+    nncf = next(step for step in workflow["steps"] if step["id"] == "nncf_int8")
+    nncf["config"]["smooth_quant_alpha"] = nncf.pop("search")["smooth_quant_alpha"][0]
+    path = folder / "bert-openvino.json"
+    path.write_text(json.dumps(workflow, indent=1))
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.alone
 def test_bert_openvino_chooses_per_target_from_one_export(tmp_path, shared_store):
     store, out = shared_store, tmp_path / "out"
-    done = _run(WORKFLOWS / "bert-openvino.json", store, out)
+    done = _run(_bert_openvino_lean(tmp_path), store, out)
     assert done.returncode == 0, done.stdout + done.stderr
     records = json.loads((out / "candidates.json").read_text())["candidates"]
     exports = {c["steps"][0]["digest"] for c in records if c["steps"]}
