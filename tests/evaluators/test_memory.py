@@ -88,6 +88,11 @@ def test_the_kernel_peak_is_in_bytes_and_the_sampler_tracks_the_highest() -> Non
         # 96 MiB: above glibc's largest mmap threshold (32 MiB), so fresh pages, never memory the
         # process already holds from an earlier test
         block = np.ones(96 * MIB // 8)
+        # the sampler's thread reads RSS every millisecond: give it the moment to read it after the
+        # pages were touched (on a loaded host its last reading may fall mid-allocation)
+        deadline = time.monotonic() + 2.0
+        while sampler.peak() < now + 80 * MIB and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert sampler.peak() >= now + 80 * MIB
         del block
 
