@@ -229,8 +229,7 @@ class TargetSearch:
         candidate (rejected on fidelity in seconds) left its worker idle until the wave's slowest
         (an accuracy-driven quantization, tens of seconds) was done."""
         upcoming = self._upcoming(sampler, baselines)
-        running: dict[Future[CandidateResult], list[Trial]] = {}
-        by_id: dict[str, Future[CandidateResult]] = {}
+        running: dict[Future[CandidateResult], tuple[str, list[Trial]]] = {}  # candidate id, trials told when it ends
         exhausted = False
         baselines_left = len(baselines)  # the first items: processed whatever the budget, as in waves
         while True:
@@ -244,23 +243,25 @@ class TargetSearch:
                 baselines_left -= 1
                 if candidate is None:
                     exhausted = True
-                elif candidate.id in by_id and by_id[candidate.id] in running:  # in flight: told when it ends
-                    running[by_id[candidate.id]].extend([trial] if trial else [])
+                    continue
+                told = [trial] if trial is not None else []
+                in_flight = next((trials for cid, trials in running.values() if cid == candidate.id), None)
+                if in_flight is not None:
+                    in_flight.extend(told)
                 elif candidate.id in self.seen:
                     known = self.runner.results.get(candidate.id)
-                    if trial is not None and known is not None:
-                        sampler.tell(trial, self.outcome(known))  # a point processed before: what was measured
+                    if told and known is not None:
+                        sampler.tell(told[0], self.outcome(known))  # a point processed before: what was measured
                 else:
                     self.seen.add(candidate.id)
-                    by_id[candidate.id] = future = self.pool.submit(self.runner.process, candidate)
-                    running[future] = [trial] if trial else []
+                    running[self.pool.submit(self.runner.process, candidate)] = (candidate.id, told)
             if not running:
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 result = future.result()
-                for told in running.pop(future):
-                    sampler.tell(told, self.outcome(result))
+                for trial in running.pop(future)[1]:
+                    sampler.tell(trial, self.outcome(result))
 
     def _waves(self, sampler: Sampler) -> None:
         """A sampler that learns from what it is told (TPE, NSGA-II, ...) asks in waves of as many

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,13 @@ def _run(workflow: Path, store: Path, out: Path) -> subprocess.CompletedProcess[
     )
 
 
+def _with_absolute_data(workflow: dict[str, Any]) -> dict[str, Any]:
+    """An example's workflow, its data paths made absolute, to be written outside workflows/."""
+    for source in workflow["data"].values():
+        source["path"] = str(WORKFLOWS / source["path"])
+    return workflow
+
+
 def _bert_cpu_ladder(folder: Path) -> Path:
     """workflows/bert-cpu.yaml's ladder without the steps whose passes have tests of their own
     on MiniLM (Intel Neural Compressor's three, INT4 weights, FP16: tests/passes/), on the
@@ -52,9 +60,7 @@ def _bert_cpu_ladder(folder: Path) -> Path:
     the store."""
     import yaml
 
-    workflow = yaml.safe_load((WORKFLOWS / "bert-cpu.yaml").read_text())
-    for source in workflow["data"].values():
-        source["path"] = str(WORKFLOWS / source["path"])
+    workflow = _with_absolute_data(yaml.safe_load((WORKFLOWS / "bert-cpu.yaml").read_text()))
     kept = {"export", "fuse", "int8", "int8_acc"}
     workflow["steps"] = [step for step in workflow["steps"] if step["id"] in kept]
     next(step for step in workflow["steps"] if step["id"] == "fuse")["optional"] = False  # the fused branch only
@@ -141,9 +147,7 @@ def _bert_openvino_lean(folder: Path) -> Path:
     INT8 for ONNX Runtime (per-tensor and per-channel: both rejected on the bar, which
     test_bert_cpu_ladder asserts). CI time: as written it takes about 5.5 minutes on 2 cores
     (`python bench/cold_run.py workflows/bert-openvino.json --runs 1`; docs/benchmarks.md)."""
-    workflow = json.loads((WORKFLOWS / "bert-openvino.json").read_text())
-    for source in workflow["data"].values():
-        source["path"] = str(WORKFLOWS / source["path"])
+    workflow = _with_absolute_data(json.loads((WORKFLOWS / "bert-openvino.json").read_text()))
     workflow["steps"] = [step for step in workflow["steps"] if step["id"] != "ort_int8"]
     nncf = next(step for step in workflow["steps"] if step["id"] == "nncf_int8")
     nncf["config"]["smooth_quant_alpha"] = nncf.pop("search")["smooth_quant_alpha"][0]
