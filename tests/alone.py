@@ -50,12 +50,44 @@ def machine(run_id: str | None, alone: bool) -> Iterator[None]:
         yield
 
 
+class _Held:
+    """The exclusive hold kept from one ``alone`` test to the next one of this process."""
+
+    stack: contextlib.ExitStack | None = None
+
+    @classmethod
+    def take(cls, run_id: str | None) -> None:
+        if cls.stack is None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(machine(run_id, alone=True))
+            cls.stack = stack
+
+    @classmethod
+    def release(cls) -> None:
+        stack, cls.stack = cls.stack, None
+        if stack is not None:
+            stack.close()
+
+
+def _is_alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """An ``alone`` test followed by another (a file of them) keeps the machine for the next
+    one: taking the lock waits for the test running beside it to end, and a file of 13 such
+    tests left the other process idle 13 times over for that."""
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    alone = item.get_closest_marker("alone") is not None
+    alone = _is_alone(item)
     beside_others = bool(run_id) and not alone and QUIET_WAIT_ENV not in os.environ
-    with machine(run_id, alone), pytest.MonkeyPatch.context() as patch:
-        if beside_others:
-            patch.setenv(QUIET_WAIT_ENV, "0")
-        yield
+    try:
+        with machine(run_id, alone=False) if not alone else contextlib.nullcontext(), pytest.MonkeyPatch.context() as patch:
+            if alone:
+                _Held.take(run_id)
+            if beside_others:
+                patch.setenv(QUIET_WAIT_ENV, "0")
+            yield
+    finally:
+        if not (alone and _is_alone(nextitem)):
+            _Held.release()

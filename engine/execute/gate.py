@@ -25,22 +25,36 @@ class Gate:
         #: (a fleet's workflows pass their timing jobs to the fleet's gate, which does)
         self.host = (host or HostLock.from_env()) if exclusive_timing else None
         self._cond = threading.Condition()
-        self._running = 0
+        self._running: set[int] = set()  # the tickets of the jobs running, in the order they started
+        self._next_ticket = 0
         self._exclusive = False
         self._waiting_exclusive = 0
+        self._drain_before = 0  # tickets below it were running when the waiting timing job came
+
+    def _may_share(self) -> bool:
+        """A job may start on a free worker unless a timing job holds the machine or waits for
+        it. While a timing job waits for the jobs that were running when it came, a free
+        worker takes the next job instead of idling through that drain (on 2 cores, a timing
+        queued behind an accuracy-driven quantization held the other core idle for tens of
+        seconds); once those have ended, nothing more starts, so the timing waits at most for
+        the drain and one job more, and a stream of jobs cannot starve a measurement."""
+        if self._exclusive or len(self._running) >= self.workers:
+            return False
+        return not self._waiting_exclusive or any(ticket < self._drain_before for ticket in self._running)
 
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
-            # waiting timing jobs go first, so a stream of passes cannot starve a measurement
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting_exclusive and self._running < self.workers)
-            self._running += 1
+            self._cond.wait_for(self._may_share)
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._running.add(ticket)
         try:
             with self.host.shared() if self.host is not None else nullcontext():
                 yield
         finally:
             with self._cond:
-                self._running -= 1
+                self._running.discard(ticket)
                 self._cond.notify_all()
 
     @contextmanager
@@ -50,8 +64,10 @@ class Gate:
                 yield
             return
         with self._cond:
+            if not self._waiting_exclusive:
+                self._drain_before = self._next_ticket
             self._waiting_exclusive += 1
-            self._cond.wait_for(lambda: not self._exclusive and self._running == 0)
+            self._cond.wait_for(lambda: not self._exclusive and not self._running)
             self._waiting_exclusive -= 1
             self._exclusive = True
         try:

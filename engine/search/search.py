@@ -31,6 +31,10 @@ from engine.select.select import interval_of, judge, paired_metric, slack
 from engine.workflow.resolve import ResolvedWorkflow
 from engine.workflow.schema import Objective
 
+#: candidates a streaming search keeps in flight per worker: one running its jobs, one whose
+#: timing waits for the machine (engine.execute.gate lets the first take the free worker)
+IN_FLIGHT_PER_WORKER = 2
+
 
 def objective_value(
     resolved: ResolvedWorkflow, result: CandidateResult, reference: CandidateResult | None, objective: Objective | None = None
@@ -227,18 +231,16 @@ class TargetSearch:
         """A sampler whose points do not depend on what it is told (the grid): every worker is
         kept busy, the next candidate started as soon as one finishes. In waves, a wave's fast
         candidate (rejected on fidelity in seconds) left its worker idle until the wave's slowest
-        (an accuracy-driven quantization, tens of seconds) was done."""
+        (an accuracy-driven quantization, tens of seconds) was done. Twice as many candidates as
+        workers are in flight: one whose timing waits for the machine leaves its worker to
+        another's jobs (engine.execute.gate), instead of idle until the running pass ends."""
         upcoming = self._upcoming(sampler, baselines)
+        most = IN_FLIGHT_PER_WORKER * self.runner.gate.workers
         running: dict[Future[CandidateResult], tuple[str, list[Trial]]] = {}  # candidate id, trials told when it ends
         exhausted = False
         baselines_left = len(baselines)  # the first items: processed whatever the budget, as in waves
         while True:
-            while (
-                not self.stop.is_set()
-                and not exhausted
-                and len(running) < self.runner.gate.workers
-                and (baselines_left > 0 or self.budget_left())
-            ):
+            while not self.stop.is_set() and not exhausted and len(running) < most and (baselines_left > 0 or self.budget_left()):
                 candidate, trial = next(upcoming, (None, None))
                 baselines_left -= 1
                 if candidate is None:
@@ -370,7 +372,10 @@ def _search_target(runner: Runner, target: str, started: float, stop: threading.
     set_searching_target(target)
     workers = runner.gate.workers
     pool = ThreadPoolExecutor(
-        max_workers=workers, thread_name_prefix=f"kiln-{target}", initializer=set_searching_target, initargs=(target,)
+        max_workers=IN_FLIGHT_PER_WORKER * workers,
+        thread_name_prefix=f"kiln-{target}",
+        initializer=set_searching_target,
+        initargs=(target,),
     )
     try:
         TargetSearch(runner, target, started, pool, stop=stop).run()

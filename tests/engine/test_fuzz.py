@@ -1,5 +1,5 @@
 """Mutated workflows fed to `engine validate`: whatever the file holds, the answer is exit 0 or
-2, a message and never a traceback, within a second.
+2, a message and never a traceback, within a second of CPU time.
 
 A seeded mutator (no extra dependency): each case starts from a small valid workflow and either
 changes its structure (drop, retype, rename, duplicate, nest a key) or its text (cut, insert
@@ -104,11 +104,15 @@ def _write(folder: Path, seed: int, workflow: dict[str, Any], as_json: bool) -> 
 
 
 def validate(path: Path) -> tuple[int, str, float]:
+    """Exit code, output, and the CPU seconds this thread spent (validation is single-threaded).
+    The bound is on the work a case costs (a range of 10**12 values enumerated, an alias bomb
+    expanded), which wall time does not measure on a 2-core host with another test beside this
+    one (1.13 s of wall once, for a case that takes 0.1 s alone)."""
     out, err = io.StringIO(), io.StringIO()
-    started = time.monotonic()
+    started = time.thread_time()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["validate", str(path)])
-    return code, out.getvalue() + err.getvalue(), time.monotonic() - started
+    return code, out.getvalue() + err.getvalue(), time.thread_time() - started
 
 
 def test_the_unmutated_bases_are_valid(tmp_path, tiny_onnx):
@@ -132,7 +136,7 @@ def test_mutated_workflows_exit_0_or_2_without_a_traceback_each_within_a_second(
             pytest.fail(f"seed {seed}: {type(error).__name__}: {error}\n--- {path.name}\n{path.read_text()[:3000]}")
         assert code in (0, 2), f"seed {seed}: exit {code}\n{output}"
         assert "Traceback" not in output, f"seed {seed}\n{output}"
-        assert seconds < 1.0, f"seed {seed}: {seconds:.2f} s"
+        assert seconds < 1.0, f"seed {seed}: {seconds:.2f} s of CPU"
         assert code == 0 or "problem" in output, f"seed {seed}: exit 2 without a message\n{output}"
         codes.append(code)
     assert 2 in codes  # the mutator does break workflows

@@ -1,0 +1,87 @@
+"""The gate (engine.execute.gate): N jobs at once, a timing job alone, and while a timing job waits
+for the running jobs to end, a free worker is not left idle through that drain."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from holders import hold_in_thread
+
+from engine.execute.gate import Gate
+
+WAIT_S = 0.2
+
+
+class Jobs:
+    def __init__(self, gate: Gate) -> None:
+        self.gate, self.log = gate, []
+        self.release: dict[str, threading.Event] = {}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def start(self, name: str, timing: bool = False) -> None:
+        self.release[name] = threading.Event()
+        held = self.gate.exclusive if timing else self.gate.shared
+        self.threads[name] = hold_in_thread(held, self.log, name, self.release[name])
+        time.sleep(WAIT_S)
+
+    def end(self, name: str) -> None:
+        self.release[name].set()
+        self.threads[name].join(5)
+        time.sleep(WAIT_S)
+
+    def inside(self) -> set[str]:
+        state: dict[str, bool] = {}
+        for entry in self.log:
+            name, _, where = entry.rpartition(" ")
+            state[name] = where == "in"
+        return {name for name, held in state.items() if held}
+
+
+def test_a_free_worker_takes_jobs_while_a_timing_waits_for_the_running_ones() -> None:
+    jobs = Jobs(Gate(2, host=None))
+    jobs.start("long pass")
+    jobs.start("timing", timing=True)
+    assert jobs.inside() == {"long pass"}  # the timing waits for the pass
+    jobs.start("quick pass")
+    assert jobs.inside() == {"long pass", "quick pass"}  # the other core does not idle through the drain
+    jobs.end("quick pass")
+    jobs.start("next pass")
+    assert jobs.inside() == {"long pass", "next pass"}  # still draining the long pass: it takes the free worker
+    jobs.end("long pass")
+    jobs.start("late pass")
+    # what was running when the timing came has ended: nothing more starts, the timing waits for one job at most
+    assert jobs.inside() == {"next pass"}
+    jobs.end("next pass")
+    assert jobs.inside() == {"timing"}  # the timing has the machine to itself
+    jobs.end("timing")
+    assert jobs.inside() == {"late pass"}
+    jobs.end("late pass")
+
+
+def test_timing_jobs_waiting_together_run_back_to_back_before_the_next_job() -> None:
+    jobs = Jobs(Gate(2, host=None))
+    jobs.start("pass")
+    jobs.start("timing 1", timing=True)
+    jobs.start("timing 2", timing=True)
+    jobs.end("pass")
+    (first,) = jobs.inside()
+    jobs.start("next pass")
+    jobs.end(first)
+    (second,) = jobs.inside()
+    assert {first, second} == {"timing 1", "timing 2"}  # the queued job waits for both timings
+    jobs.end(second)
+    assert jobs.inside() == {"next pass"}
+    jobs.end("next pass")
+
+
+def test_with_one_worker_a_waiting_timing_goes_first() -> None:
+    jobs = Jobs(Gate(1, host=None))
+    jobs.start("pass")
+    jobs.start("timing", timing=True)
+    jobs.start("next pass")
+    jobs.end("pass")
+    assert jobs.inside() == {"timing"}
+    jobs.end("timing")
+    assert jobs.inside() == {"next pass"}
+    jobs.end("next pass")
