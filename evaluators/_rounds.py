@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, io_binding, prepare_run, run_failed, slower_than_compared
+from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +51,8 @@ class RoundsConfig(Protocol):
     def confidence(self) -> float: ...
     @property
     def stop_when_slower(self) -> bool: ...
+    @property
+    def stop_when_faster_than(self) -> float | None: ...
     @property
     def max_time_s(self) -> float: ...
     @property
@@ -229,9 +231,9 @@ class Rounds:
         interval = self.interval()
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
-        slower = slower_than_compared(cfg.stop_when_slower, interval)
-        if slower:
-            return slower
+        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval)
+        if decided:
+            return decided
         if rounds >= cfg.max_rounds:
             return f"max_rounds ({cfg.max_rounds}) reached"
         return ""

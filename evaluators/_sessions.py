@@ -198,6 +198,18 @@ class ComparisonRules(EvaluatorConfig):
             "interval would decide nothing. false: measure until `precision` (or the budget) whatever the side."
         ),
     )
+    stop_when_faster_than: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description=(
+            "Stop adding measurements once the whole interval of the speedup is above this ratio: the candidate is faster than "
+            "the model compared with by more than that, beyond doubt. Unset: measure until `precision` (or the budget). Where "
+            "the selection runs ties off (`select.runoff`, the default) and no constraint names the evaluation, the engine "
+            "sets it on the candidates' timing of the objective (to 1 + `select.tie_within`, or 1) and on a runoff (to 1): "
+            "each is measured until its question is decided, and the runoff, pairing the tied leaders with each other, ranks them."
+        ),
+    )
     max_time_s: float = Field(
         default=60.0, gt=0, le=86_400, description="Time budget for the measurements: stop adding them after this many seconds."
     )
@@ -219,6 +231,14 @@ class ComparisonRules(EvaluatorConfig):
             "Default 30, or $KILN_QUIET_WAIT_S where set."
         ),
     )
+
+
+def decided_against_compared(stop_when_slower: bool, threshold: float | None, interval: Interval) -> str:
+    """Why the comparison is decided (``ComparisonRules.stop_when_slower``, ``stop_when_faster_than``: ``threshold``), or ""."""
+    slower = slower_than_compared(stop_when_slower, interval)
+    if slower or threshold is None or interval.low <= threshold:
+        return slower
+    return f"faster than the model compared with by more than {threshold:g}x (the whole interval above it: {interval.low:.3g}-{interval.high:.3g})"
 
 
 def slower_than_compared(stop_when_slower: bool, interval: Interval) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, feeds_for, io_binding, prepare_run, run_failed, slower_than_compared
+from evaluators._sessions import RUN_ERRORS, decided_against_compared, feeds_for, io_binding, prepare_run, run_failed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -219,11 +219,11 @@ class Windows:
             self.stop_reason = "windows done"
         else:
             interval = self.interval()
-            slower = slower_than_compared(cfg.stop_when_slower, interval)
+            decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval)
             if interval.half_width <= cfg.precision * interval.estimate:
                 self.stop_reason = f"interval within ±{cfg.precision:.0%}"
-            elif slower:
-                self.stop_reason = slower
+            elif decided:
+                self.stop_reason = decided
             elif len(self.kept) >= cfg.max_windows:
                 self.stop_reason = f"max_windows ({cfg.max_windows}) reached"
         return bool(self.stop_reason)

@@ -137,7 +137,7 @@ class GenerationEvaluator(Evaluator):
         "timed against the reference in interleaved rounds (speedups with confidence intervals), and whether the "
         "candidate's continuations match the reference's."
     )
-    version = "1"
+    version = "2"  # 2: stop_when_faster_than
     timing = True
     needs_reference = True
     metrics = (

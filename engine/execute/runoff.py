@@ -7,7 +7,8 @@ throughput, generation: they time a candidate against a reference in interleaved
 worker, so drift hits both alike) with the first model as the candidate and the other as its
 reference, its stopping rule set by ``select.runoff`` (``max_time_s``: the budget; ``precision``:
 stop once the paired ratio's interval is within that fraction, so a larger difference is
-decided). The job is keyed like every evaluation: both models' digests, the target's fingerprint
+decided), and stopped as soon as the interval lies wholly on one side of 1 (the evaluators'
+``stop_when_slower`` and ``stop_when_faster_than: 1``): the runoff's question is decided then. The job is keyed like every evaluation: both models' digests, the target's fingerprint
 with the host's, the settings, so a re-run or a resumed run reuses it (and so chooses the same
 bytes), and its record sits in the store beside the others. What it measured is kept on both
 candidates (``CandidateResult.runoffs``, in candidates.json) and engine.select.ties reads it.
@@ -23,6 +24,7 @@ import logging
 from typing import Any
 
 from engine.core.stats import bootstrap
+from engine.execute.evaluation import FASTER_OPTION
 from engine.execute.runner import Runner
 from engine.plan.jobs import EvalSpec
 from engine.select.results import CandidateResult
@@ -54,7 +56,10 @@ def run_runoffs(runner: Runner) -> int:
     if spec is None or not all(option in spec.evaluator_cls.Config.model_fields for option in BUDGET_OPTIONS):
         log.info("no runoff: evaluation %s has no %s to set", eval_id, " or ".join(BUDGET_OPTIONS))
         return 0
-    runoff = dataclasses.replace(spec, config={**spec.config, "max_time_s": budget.max_time_s, "precision": budget.precision})
+    config = {**spec.config, "max_time_s": budget.max_time_s, "precision": budget.precision}
+    if FASTER_OPTION in spec.evaluator_cls.Config.model_fields:
+        config[FASTER_OPTION] = 1.0  # decided once either model is faster beyond doubt (stop_when_slower: the other side)
+    runoff = dataclasses.replace(spec, config=config)
     settled = _settled_by_the_reference(runner, metric, eval_id, pairs)
     measured = 0
     for first, second in pairs:

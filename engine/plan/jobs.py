@@ -156,6 +156,10 @@ class EvalSpec:
     files: tuple[tuple[str, Path], ...] = ()  # (option, path) of each file it reads
     timeout_s: float | None = None
     candidates: bool = True
+    #: the evaluation as the workflow wrote it, where the engine asks less of it (a timing measured
+    #: to its decision: engine.execute.evaluation.to_the_decision); its record answers this one too,
+    #: so the store is asked for it first
+    as_written: EvalSpec | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, entry: EvaluatorEntry) -> EvalSpec:

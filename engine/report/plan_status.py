@@ -151,6 +151,8 @@ def _candidate_statuses(
             against = None if candidate.reference else reference_digest
             # a staged evaluation is answered by its first look alone where that look decided
             looks = [first for first in [first_look(plan.resolved, spec, candidate.reference)] if first is not None]
+            if spec.as_written is not None:  # a stricter measurement answers it too (engine.execute.evaluation.to_the_decision)
+                looks.append(spec.as_written)
             hit = False
             for look in [spec, *looks]:
                 key, _ = plan.eval_key(

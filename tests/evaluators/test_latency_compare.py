@@ -191,3 +191,16 @@ def test_a_faster_candidate_is_still_measured_to_the_precision_asked(tmp_path, m
     result = latency(**options).evaluate(make_model().artifact, make_ctx(reference=heavy))
     assert result.values["speedup_low"] > 1
     assert result.details["stopped_because"] == "max_rounds (12) reached"
+
+
+def test_a_candidate_faster_beyond_the_margin_asked_stops_once_its_whole_interval_is_above_it(tmp_path, make_model, make_ctx) -> None:
+    # the rule the engine sets where a runoff ranks the faster candidates (engine.execute.evaluation.to_the_decision)
+    heavy = build_heavy_model(tmp_path / "heavy", width=256, layers=4)
+    options = {"runs": 1, "runs_per_round": 3, "min_rounds": 4, "max_rounds": 30, "sessions": 2, "precision": 1e-9}
+    early = latency(**options, stop_when_faster_than=1.1).evaluate(make_model().artifact, make_ctx(reference=heavy))
+    assert early.values["speedup_low"] > 1.1
+    assert early.details["stopped_because"].startswith("faster than the model compared with by more than 1.1x")
+    assert early.details["rounds"] < 30
+    # a margin the candidate does not clear decides nothing: measured to the rounds' end
+    unreached = latency(**options, stop_when_faster_than=1000.0).evaluate(make_model().artifact, make_ctx(reference=heavy))
+    assert unreached.details["stopped_because"] == "max_rounds (30) reached"
