@@ -85,3 +85,15 @@ def test_with_one_worker_a_waiting_timing_goes_first() -> None:
     jobs.end("timing")
     assert jobs.inside() == {"next pass"}
     jobs.end("next pass")
+
+
+def test_jobs_start_in_the_order_they_asked() -> None:
+    jobs = Jobs(Gate(1, host=None))
+    jobs.start("running")
+    waiting = [f"job {i}" for i in range(5)]
+    for name in waiting:
+        jobs.start(name)  # each asks while the one before it still waits
+    jobs.end("running")
+    for name in waiting:
+        assert jobs.inside() == {name}  # taken in whatever order the threads woke: 1 in 120 runs would pass
+        jobs.end(name)
