@@ -6,9 +6,8 @@ candidates are processed at the same time by parallel workers.
 
 Each job goes lookup → run → record: its key comes from the typed spec the planner made
 (engine.plan.jobs), the store is asked first, a worker runs what it lacks, and the typed hooks
-(engine.execute.hooks) hear of each step, the run's counts among them (``Tally``). Datasets live in engine.execute.datasets, the evaluation policy in
-engine.execute.evaluation.
-"""
+(engine.execute.hooks) hear of each step, the run's counts among them (``Tally``). Datasets live
+in engine.execute.datasets, the evaluation policy in engine.execute.evaluation."""
 
 from __future__ import annotations
 
@@ -78,8 +77,7 @@ class Runner:
         self.results: dict[str, CandidateResult] = {}  # by candidate id, in processing order
         self._loadable: dict[str, str | None] = {}  # by model digest: why no runtime could load it
         self.references: dict[str, CandidateResult] = {}  # by target
-        #: the reference models made but not measured (search.reference: false), by target
-        self.reference_models: dict[str, ModelArtifact] = {}
+        self.reference_models: dict[str, ModelArtifact] = {}  # by target: made, not measured (search.reference: false)
         self.jobs: dict[str, JobState] = {}
         self._datasets_thread: threading.Thread | None = None
         self._datasets_error: BaseException | None = None
@@ -303,9 +301,8 @@ class Runner:
         assert model is not None
         against = reference.digest if reference else None
         if spec.as_written is not None:  # a stricter measurement of the same evaluation answers this one too
-            written, _ = self.eval_key(spec.as_written, model.digest, against, target, settings)
-            record = self.store.lookup(written)
-            if record is not None:
+            written = self.eval_key(spec.as_written, model.digest, against, target, settings)[0]
+            if (record := self.store.lookup(written)) is not None:
                 result.eval_keys[spec.id] = written
                 self.hooks.eval_cached(candidate, spec.id)
                 return record, None

@@ -81,20 +81,25 @@ def test_feeds_can_come_from_a_dataset(make_model, make_ctx, token_dataset) -> N
 
 
 def test_the_kernel_peak_is_in_bytes_and_the_sampler_tracks_the_highest() -> None:
+    import psutil
+
     peak = max_rss_bytes()
     with RssSampler(0.001) as sampler:
         now = sampler.reset()
         assert peak is None or peak >= now * 0.5  # both in bytes, not one in KiB
-        # 96 MiB: above glibc's largest mmap threshold (32 MiB), so fresh pages, never memory the
-        # process already holds from an earlier test
+        # 96 MiB: above glibc's largest mmap threshold (32 MiB), so fresh pages, given back when freed
         block = np.ones(96 * MIB // 8)
-        # the sampler's thread reads RSS every millisecond: give it the moment to read it after the
-        # pages were touched (on a loaded host its last reading may fall mid-allocation)
+        held = int(psutil.Process().memory_info().rss)  # read here, not through the sampler
+        seen = sampler.samples
         deadline = time.monotonic() + 2.0
-        while sampler.peak() < now + 80 * MIB and time.monotonic() < deadline:
+        while sampler.samples < seen + 5 and time.monotonic() < deadline:  # its thread reads with the block held
             time.sleep(0.005)
-        assert sampler.peak() >= now + 80 * MIB
-        del block
+        del block  # the resident size falls back: only the sampler's own readings still hold the high
+        # compared with what was read while the block was held, not with the reading before it: in a
+        # busy worker process the resident size also moves by what other threads free and the kernel
+        # reclaims (48 of 96 MiB seen above the earlier reading, twice in the full suite)
+        assert sampler.peak() >= held - 16 * MIB
+        assert sampler.samples >= seen + 5
 
 
 def test_config_rejects_zero_runs_and_unknown_keys() -> None:
