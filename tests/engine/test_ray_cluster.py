@@ -53,9 +53,12 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def test_jobs_land_on_both_nodes_and_timing_holds_only_its_own(tmp_path, tiny_onnx, cluster):
     workflow = tiny_workflow(tiny_onnx, search={"baselines": False})
     # a short pass and a long one: the short one's latency is measured while the long one sleeps (long enough that
-    # the other node's worker starts and measures within it on a loaded 2-core host: 6 s was not, once in CI)
+    # the other node's worker starts and measures within it on a loaded 2-core host: 6 s was not, once in CI). The
+    # short one outlasts a node's first worker starting (1.4 s here): at 0.2 s, with the long pass sent to the node
+    # whose worker was still starting, the short pass and its timing were done on the warm node before the long
+    # one began (1 run in 10)
     workflow["steps"] = [
-        {"id": "a", "pass": "sleep", "config": {"seconds": 0.2}},
+        {"id": "a", "pass": "sleep", "config": {"seconds": 4.0}},
         {"id": "b", "pass": "sleep", "config": {"seconds": 20.0}},
     ]
     workflow["evaluate"] = [
