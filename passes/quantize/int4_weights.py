@@ -58,7 +58,7 @@ from passes.common.graph_tools import add_contrib_opset, name_unnamed_nodes, op_
 from passes.common.onnx_io import OnnxPass, default_opset, save_onnx
 from passes.common.pass_io import onnx_output
 from passes.quantize.nbits_plan import NodeOverride, Spec, drop_metadata, metadata_overrides, read_metadata, resolve_specs
-from passes.quantize.nbits_run import Setting, quantize
+from passes.quantize.nbits_run import Setting, quantize, quantize_alone
 
 if TYPE_CHECKING:
     from passes.quantize.calibration import BatchReader
@@ -173,7 +173,8 @@ class Int4Weights(OnnxPass):
         from passes.quantize.onnx_facts import initializer_bytes, iter_nodes, node_names
 
         cfg = self.config
-        source = onnx.load(str(model.model_file))
+        # the data is read where it is needed: node by node where the quantizer allows (``quantize_alone``)
+        source = onnx.load(str(model.model_file), load_external_data=False)
         unknown = sorted(set(cfg.nodes_to_exclude) - node_names(source))
         if unknown:
             raise ValueError(f"nodes_to_exclude: the model has no node named {', '.join(unknown)}")
@@ -192,7 +193,7 @@ class Int4Weights(OnnxPass):
         started = time.perf_counter()
         base = Setting(cfg.algorithm, cfg.bits, cfg.block_size, cfg.is_symmetric, cfg.accuracy_level, tuple(cfg.op_types))
         with quiet_library() as messages:
-            output, runs = quantize(source, base, specs, _candidate_names(source, cfg.op_types), cfg.nodes_to_exclude, reader)
+            output, runs = self._quantize(source, model.model_file.parent, base, specs, reader)
         seconds = round(time.perf_counter() - started, 3)
         _order_initializers(output, input_order)
         add_contrib_opset(output)  # the gptq code path writes MatMulNBits without importing the domain
@@ -223,6 +224,21 @@ class Int4Weights(OnnxPass):
         }
         ctx.logger.debug("int4_weights %s: quantized %s", ctx.step_id, quantized)
         return onnx_output(model, ctx, details, notes)
+
+    def _quantize(
+        self, source: Any, base_dir: Path, base: Setting, specs: dict[str, Spec], reader: BatchReader | None
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """``quantize``; node by node where the setting is rtn for every node (``quantize_alone``)."""
+        import onnx
+
+        cfg = self.config
+        candidates = _candidate_names(source, cfg.op_types)
+        if cfg.algorithm == "rtn" and not specs:
+            output = quantize_alone(source, base_dir, base, candidates, cfg.nodes_to_exclude)
+            if output is not None:
+                return output, [{"algorithm": "rtn", "bits": cfg.bits, "block_size": cfg.block_size, "nodes": "default"}]
+        onnx.load_external_data_for_model(source, str(base_dir))  # the whole model's data, for one run over it
+        return quantize(source, base, specs, candidates, cfg.nodes_to_exclude, reader)
 
     def _node_specs(self, source: Any, plan: dict[str, Any] | None, notes: list[str]) -> dict[str, Spec]:
         """The nodes whose bits or block size differ from the pass's: the model's mixed precision

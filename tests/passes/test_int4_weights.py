@@ -471,3 +471,44 @@ def test_a_mixed_precision_plan_in_the_model_is_honoured_and_removed(tmp_path: P
 def test_new_options_at_their_defaults_leave_the_job_config_as_before() -> None:
     assert Int4Weights.resolve_for_target({"bits": 4, "overrides": {}, "block_size": 32}, None) == {"block_size": 32}
     assert Int4Weights.resolve_for_target({"overrides": {"mm": {"bits": 8, "block_size": None}}}, None)["overrides"]
+
+
+def _both(model_file: Path, setting_args: tuple) -> tuple[onnx.ModelProto | None, onnx.ModelProto]:
+    """The model quantized node by node from disk and in one run over the whole loaded model."""
+    from passes.quantize.int4_weights import _candidate_names
+    from passes.quantize.nbits_run import Setting, quantize, quantize_alone
+
+    setting = Setting("rtn", *setting_args)
+    lean_source = onnx.load(str(model_file), load_external_data=False)
+    names = _candidate_names(lean_source, list(setting.op_types))
+    lean = quantize_alone(lean_source, model_file.parent, setting, names, [])
+    whole, _ = quantize(onnx.load(str(model_file)), setting, {}, names, [], None)
+    return lean, whole
+
+
+def test_quantizing_node_by_node_from_disk_makes_the_whole_runs_model(tiny_genai, tmp_path: Path) -> None:
+    # the builder's fp32 decoder with its weights in model.onnx.data: read one weight at a time
+    source = tiny_genai.fp32.path / "model.onnx"
+    external = onnx.load(str(source), load_external_data=False)
+    assert any(t.data_location == TensorProto.EXTERNAL for t in external.graph.initializer)
+    lean, whole = _both(source, (4, 16, False, 4, ("MatMul", "Gather")))
+    assert lean is not None
+    assert [(n.op_type, n.name, list(n.input), list(n.output)) for n in lean.graph.node] == [
+        (n.op_type, n.name, list(n.input), list(n.output)) for n in whole.graph.node
+    ]
+    assert [n.attribute for n in lean.graph.node] == [n.attribute for n in whole.graph.node]
+    assert {t.name: t.SerializeToString() for t in lean.graph.initializer} == {
+        t.name: t.SerializeToString() for t in whole.graph.initializer
+    }
+    assert sorted((o.domain, o.version) for o in lean.opset_import) == sorted((o.domain, o.version) for o in whole.opset_import)
+    assert "MatMulNBits" in {n.op_type for n in lean.graph.node}
+
+
+def test_a_weight_two_nodes_read_is_quantized_over_the_whole_model(tmp_path: Path) -> None:
+    weight = _weight()
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="first"), helper.make_node("MatMul", ["a", "w"], ["y"], name="second")]
+    model = _model(nodes, {"w": weight}, [_float("x", [1, weight.shape[0]])], [_float("y", [1, weight.shape[1]])])
+    onnx.save_model(model, str(tmp_path / "model.onnx"))
+    lean, whole = _both(tmp_path / "model.onnx", (4, 32, True, None, ("MatMul",)))
+    assert lean is None  # the caller loads the data and runs the quantizer over the whole model
+    assert [n.op_type for n in whole.graph.node] == ["MatMulNBits", "MatMulNBits"]
