@@ -145,6 +145,9 @@ class TreeMemory:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.peak_processes = pid, 0, 0
+        self.peak_pss = (
+            0  # the tree's proportional set size: a page shared by processes (the page cache of a mapped checkpoint) counted once
+        )
         self.single = 0  # the largest peak (VmHWM) of one process seen alive at a sample
         self.largest = (0, 0.0)  # the largest resident memory of one process at a sample, and when (time.time())
         self._stop = threading.Event()
@@ -162,9 +165,10 @@ class TreeMemory:
         while not self._stop.is_set():
             pids = _tree(self.pid)
             figures = [_memory(pid) for pid in pids]
-            total = sum(rss for rss, _ in figures)
-            self.single = max([self.single, *(hwm for _, hwm in figures)])
-            biggest = max((rss for rss, _ in figures), default=0)
+            total = sum(rss for rss, _, _ in figures)
+            self.peak_pss = max(self.peak_pss, sum(pss for _, _, pss in figures))
+            self.single = max([self.single, *(hwm for _, hwm, _ in figures)])
+            biggest = max((rss for rss, _, _ in figures), default=0)
             if biggest > self.largest[0]:
                 self.largest = (biggest, time.time())
             if total > self.peak:
@@ -185,17 +189,20 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _memory(pid: int) -> tuple[int, int]:
-    """A process's resident memory now and its peak so far (VmRSS, VmHWM), in bytes; 0s once it is gone."""
-    found = {"VmRSS:": 0, "VmHWM:": 0}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key = line.split(":", 1)[0] + ":"
-            if key in found:
-                found[key] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return found["VmRSS:"], found["VmHWM:"]
+def _memory(pid: int) -> tuple[int, int, int]:
+    """A process's resident memory now, its peak so far and its proportional share now (VmRSS,
+    VmHWM, smaps_rollup's Pss: a page mapped by n processes counts 1/n in each), in bytes; 0s
+    once it is gone."""
+    found = {"VmRSS:": 0, "VmHWM:": 0, "Pss:": 0}
+    for source in ("status", "smaps_rollup"):
+        try:
+            for line in Path(f"/proc/{pid}/{source}").read_text().splitlines():
+                key = line.split(":", 1)[0] + ":"
+                if key in found:
+                    found[key] = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return found["VmRSS:"], found["VmHWM:"], found["Pss:"]
 
 
 def run_engine(args: list[str], cwd: Path) -> tuple[float, TreeMemory, subprocess.CompletedProcess[str]]:
@@ -254,6 +261,8 @@ def report(title: str, wall: float, memory: TreeMemory, model_bytes: int, out: P
     print(
         f"  peak memory  {peak / gb:8.2f} GiB, engine and workers together ({peak / model_bytes:.2f}x the fp32 model's {model_bytes / gb:.2f} GiB)"
     )
+    pss = memory.peak_pss
+    print(f"               {pss / gb:8.2f} GiB, the same with pages shared by processes counted once (PSS; {pss / model_bytes:.2f}x)")
     print(f"               {single / gb:8.2f} GiB, the largest single process ({single / model_bytes:.2f}x)")
     if memory.largest[0]:
         jobs = running_at(events, memory.largest[1])

@@ -57,6 +57,7 @@ def test_the_memory_sampler_counts_children():
     with TreeMemory(os.getpid()) as memory:
         child.wait()
     assert memory.peak > 200 * 2**20 and memory.peak_processes >= 2
+    assert 200 * 2**20 < memory.peak_pss <= memory.peak  # the child's private pages count whole, shared ones once
     assert memory.single > 200 * 2**20  # the child's own peak
     assert memory.largest[0] > 200 * 2**20 and memory.largest[1] > 0  # when one process held the most
 
