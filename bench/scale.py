@@ -145,9 +145,8 @@ class TreeMemory:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.peak_processes = pid, 0, 0
-        self.peak_pss = (
-            0  # the tree's proportional set size: a page shared by processes (the page cache of a mapped checkpoint) counted once
-        )
+        # the tree's proportional set size: a page shared by processes (a mapped checkpoint's page cache) counted once
+        self.peak_pss = 0
         self.single = 0  # the largest peak (VmHWM) of one process seen alive at a sample
         self.largest = (0, 0.0)  # the largest resident memory of one process at a sample, and when (time.time())
         self._stop = threading.Event()

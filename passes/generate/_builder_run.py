@@ -9,7 +9,8 @@ either fails (no tokenizer files) or, for some model types (Gemma), makes up a t
 empty vocabulary whose ``<eos>`` the builder would add to the model's end-of-sequence ids and
 whose files it would save beside the model as if they were the model's.
 
-Run as a script by path: it imports nothing of Kiln.
+Run as a script by path: of Kiln it imports only ``passes.common.node_alone`` (which imports
+nothing else of Kiln), and that only in the lean quantization.
 """
 
 from __future__ import annotations
@@ -134,36 +135,27 @@ def _to_quantize(builder: Any) -> list[tuple[Any, str]] | None:
     return chosen
 
 
-def _copy(kind: Any, message: Any) -> Any:
-    copy = kind()
-    copy.CopyFrom(message)
-    return copy
-
-
-def _quantize_alone(model: Any, node: Any, weight: Any, attrs: dict[str, Any]) -> Any:
-    """The model of ``node`` and its float ``weight`` alone, quantized as the builder's ``to_nbits``
-    quantizes the whole model; the parts it keeps are to be copied out (a part kept would keep
-    its whole arena, the float weight's bytes too)."""
-    import onnx
+def _quantizer_run(attrs: dict[str, Any]) -> Any:
+    """Quantizes a model as the builder's ``to_nbits`` quantizes the whole one (its settings)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from onnxruntime.quantization.quant_utils import QuantFormat
 
-    single = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import)
-    single.graph.node.append(node)
-    single.graph.initializer.append(weight)
-    quantizer = MatMulNBitsQuantizer(
-        model=single,
-        bits=attrs["bits"],
-        block_size=attrs["matmul_block_size"],
-        is_symmetric=attrs["is_symmetric"],
-        accuracy_level=attrs["accuracy_level"],
-        nodes_to_exclude=list(attrs["nodes_to_exclude"]),
-        quant_format=QuantFormat.QDQ if attrs["use_qdq"] else QuantFormat.QOperator,
-        op_types_to_quantize=tuple(attrs["op_types_to_quantize"]),
-        algo_config=None,
-    )
-    quantizer.process()
-    return quantizer.model.model
+    def run(model: Any) -> Any:
+        quantizer = MatMulNBitsQuantizer(
+            model=model,
+            bits=attrs["bits"],
+            block_size=attrs["matmul_block_size"],
+            is_symmetric=attrs["is_symmetric"],
+            accuracy_level=attrs["accuracy_level"],
+            nodes_to_exclude=list(attrs["nodes_to_exclude"]),
+            quant_format=QuantFormat.QDQ if attrs["use_qdq"] else QuantFormat.QOperator,
+            op_types_to_quantize=tuple(attrs["op_types_to_quantize"]),
+            algo_config=None,
+        )
+        quantizer.process()
+        return quantizer.model.model
+
+    return run
 
 
 def lean_to_nbits(builder: Any, chosen: list[tuple[Any, str]]) -> Any:
@@ -174,13 +166,14 @@ def lean_to_nbits(builder: Any, chosen: list[tuple[Any, str]]) -> Any:
     weight while the checkpoint's tensors stay in memory) and quantizes that: on a 0.7 B decoder its
     process peaked at 6.7 GiB, 2.56x the fp32 checkpoint. Here the graph goes to a ModelProto
     without its initializers, and each node to quantize is quantized on its own by the same
-    quantizer with the same settings, in a model of that node and its float weight (the
-    quantizer handles each node on its own: the same node and initializers come out); the IR
-    lets go of each float tensor once it is serialized, and a model of one node is freed whole
-    (protobuf's arena keeps a removed field's bytes until its message goes). The other
+    quantizer with the same settings, in a model of that node and its float weight
+    (``passes.common.node_alone``: the quantizer handles each node on its own, so the same node and
+    initializers come out); the IR lets go of each float tensor once it is serialized. The other
     initializers follow, those no node reads left out as the quantizer's clean-up leaves them."""
     import onnx
     import onnx_ir as ir
+
+    from passes.common.node_alone import quantize_alone
 
     print(f"Quantizing {len(chosen)} nodes one at a time (Kiln's lean to_nbits)", flush=True)
     graph = builder.model.graph
@@ -196,14 +189,10 @@ def lean_to_nbits(builder: Any, chosen: list[tuple[Any, str]]) -> Any:
         value.const_value = None  # the IR lets go of the float tensor
         return tensor
 
+    run = _quantizer_run(builder.quant_attrs)
     for node, weight in chosen:
-        done = _quantize_alone(proto, proto.graph.node[index[node.name]], serialize(weight), builder.quant_attrs)
-        replaced[node.name] = [_copy(onnx.NodeProto, part) for part in done.graph.node]
-        quantized.extend(_copy(onnx.TensorProto, part) for part in done.graph.initializer)
-        proto.ir_version = max(proto.ir_version, done.ir_version)
-        versions = {opset.domain: opset.version for opset in proto.opset_import} | {o.domain: o.version for o in done.opset_import}
-        del proto.opset_import[:]
-        proto.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in versions.items())
+        replaced[node.name], parts = quantize_alone(proto, proto.graph.node[index[node.name]], serialize(weight), run)
+        quantized.extend(parts)
     nodes = [new for old in proto.graph.node for new in replaced.get(old.name, [old])]
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.core import MissingDependency
+from passes.common import node_alone
 from passes.quantize.kquant import kquant_model
 from passes.quantize.nbits_plan import FLOAT_BITS, Spec, groups
 
@@ -155,16 +156,11 @@ def quantize_alone(source: Any, base_dir: Any, setting: Setting, candidates: lis
             continue
         if readers.get(weight) != 1 or weight in outputs:
             return None
-        single = onnx.ModelProto(ir_version=source.ir_version, opset_import=source.opset_import)
-        single.graph.node.append(node)
-        single.graph.initializer.append(loaded(tensors[weight]))
-        done = _run(single, setting, [], None)  # copied out: a part kept would keep the float weight's arena
-        nodes.extend(_copied(onnx.NodeProto, part) for part in done.graph.node)
-        quantized.extend(_copied(onnx.TensorProto, part) for part in done.graph.initializer)
-        opsets = {o.domain: o.version for o in source.opset_import} | {o.domain: o.version for o in done.opset_import}
-        del source.opset_import[:]
-        source.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items())
-        source.ir_version = max(source.ir_version, done.ir_version)
+        parts, initializers = node_alone.quantize_alone(
+            source, node, loaded(tensors[weight]), lambda single: _run(single, setting, [], None)
+        )
+        nodes.extend(parts)
+        quantized.extend(initializers)
     read = {name for node in nodes for name in node.input} | outputs
     kept = [loaded(t) for t in graph.initializer if t.name in read]
     output = onnx.ModelProto()
@@ -174,9 +170,3 @@ def quantize_alone(source: Any, base_dir: Any, setting: Setting, candidates: lis
     del output.graph.initializer[:]
     output.graph.initializer.extend(kept + quantized)
     return output
-
-
-def _copied(kind: Any, message: Any) -> Any:
-    copy = kind()
-    copy.CopyFrom(message)
-    return copy
