@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed
+from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed, slower_than_compared
 
 if TYPE_CHECKING:
     import numpy as np
@@ -222,13 +222,19 @@ class Rounds:
             return ""
         if elapsed_s >= cfg.max_time_s:
             return f"max_time_s ({cfg.max_time_s:g} s) spent"
+        interval = self.interval() if self.arms > 1 else None
+        # a candidate slower than the model it is compared with beyond doubt is decided: it cannot
+        # win against it, so its own figures need not reach `runs` / `min_time_s` (a decided
+        # faster one still does: it may be chosen, and its percentiles are then reported)
+        slower = slower_than_compared(cfg.stop_when_slower, interval) if interval is not None else ""
+        if slower:
+            return slower
         runs = len(self.times_ns[-1])
         timed_s = sum(self.times_ns[-1]) / 1e9
         if runs < cfg.runs or timed_s < cfg.min_time_s:
             return ""
-        if self.arms == 1:
+        if interval is None:
             return "runs done"
-        interval = self.interval()
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
         decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval)

@@ -195,7 +195,8 @@ class ComparisonRules(EvaluatorConfig):
         description=(
             "Stop adding measurements once the whole interval of the speedup is below 1: the candidate is slower than the model it is "
             "compared with (its target's reference, or the other side of a runoff), so it cannot win against it and a tighter "
-            "interval would decide nothing. false: measure until `precision` (or the budget) whatever the side."
+            "interval would decide nothing: once `sessions` and the least rounds are measured, even before the `runs` asked. "
+            "false: measure until `precision` (or the budget) whatever the side."
         ),
     )
     stop_when_faster_than: float | None = Field(

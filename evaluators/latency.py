@@ -78,7 +78,7 @@ class Latency(Evaluator):
         "giving the speedup with a confidence interval, plus the candidate's percentiles, throughput and load time; "
         "rounds taken while other processes keep the machine busy are re-measured and flagged."
     )
-    version = "4"  # 3: the warm-up stops once steady (warmup_spread); 4: stop_when_faster_than
+    version = "5"  # 3: the warm-up stops once steady (warmup_spread); 4: stop_when_faster_than; 5: slower stops before `runs`
     timing = True
     needs_reference = True
     metrics = (
@@ -122,7 +122,15 @@ class Latency(Evaluator):
                 "(slowest <= (1 + spread) x fastest), or after `warmup` runs. 0: always all `warmup` runs."
             ),
         )
-        runs: int = Field(default=100, ge=1, le=10_000_000, description="Timed runs of the candidate (at least), spread over the rounds.")
+        runs: int = Field(
+            default=100,
+            ge=1,
+            le=10_000_000,
+            description=(
+                "Timed runs of the candidate (at least), spread over the rounds; a candidate found slower than its reference "
+                "beyond doubt (`stop_when_slower`) stops at `min_rounds` without them: it cannot be chosen over that reference."
+            ),
+        )
         min_time_s: float = Field(
             default=0.0,
             ge=0.0,

@@ -219,3 +219,54 @@ def test_candidates_on_other_session_settings_share_the_reference_outputs(tmp_pa
     ctx = _cached_ctx(make_ctx, reference, data, cache)
     ctx.target = target("cpu", 2)
     assert fidelity().evaluate(candidate, ctx).details["reference_outputs"] == "miss"
+
+
+def _logged_sessions(monkeypatch) -> list[str]:
+    """Record when each session of the fidelity evaluator opens, runs and closes."""
+    import evaluators.fidelity as module
+
+    log: list[str] = []
+
+    def logged(opener, role):
+        def open_(*args, **kwargs):
+            session = opener(*args, **kwargs)
+            run, close = session.run, session.close
+            log.append(f"{role} open")
+
+            def run_logged(*a, **k):
+                log.append(f"{role} run")
+                return run(*a, **k)
+
+            def close_logged():
+                log.append(f"{role} close")
+                close()
+
+            session.run, session.close = run_logged, close_logged
+            return session
+
+        return open_
+
+    monkeypatch.setattr(module, "open_reference", logged(module.open_reference, "reference"))
+    monkeypatch.setattr(module, "open_session", logged(module.open_session, "candidate"))
+    return log
+
+
+def test_on_a_miss_the_reference_runs_every_row_before_the_candidate_opens(
+    tmp_path, make_model, make_ctx, token_dataset, monkeypatch
+) -> None:
+    # two models alternating row by row fight over the cores (idle threads spin after a run): one at a time
+    reference = make_model(seed=0).artifact
+    candidate = make_model(seed=0, noise=0.05).artifact
+    data = token_dataset(samples=5)
+    log = _logged_sessions(monkeypatch)
+    result = fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, data, tmp_path / "evalcache"))
+    assert log == ["reference open", *["reference run"] * 5, "reference close", "candidate open", *["candidate run"] * 5, "candidate close"]
+    assert result.details["reference_outputs"] == "miss"
+    # outputs too large to keep: the reference streams beside the candidate, to the same figures
+    monkeypatch.setattr("evaluators.fidelity.MAX_BYTES", 1)
+    log.clear()
+    streamed = fidelity().evaluate(candidate, _cached_ctx(make_ctx, reference, data, tmp_path / "other"))
+    assert streamed.details["reference_outputs"] == "too large"
+    assert streamed.values == result.values
+    assert log[:3] == ["reference open", "reference run", "candidate open"]
+    assert log.count("reference run") == 6  # the first row again, beside the candidate

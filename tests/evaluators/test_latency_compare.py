@@ -185,6 +185,19 @@ def test_a_candidate_clearly_slower_stops_once_its_whole_interval_is_below_one(t
     assert full.details["stopped_because"] == "max_rounds (30) reached"
 
 
+def test_a_slower_candidate_stops_before_the_runs_asked_while_a_faster_one_makes_them(tmp_path, make_model, make_ctx) -> None:
+    # decided at the least rounds: 4 rounds of 3 runs, far below the 60 runs asked
+    heavy = build_heavy_model(tmp_path / "heavy", width=256, layers=4)
+    options = {"runs": 60, "runs_per_round": 3, "min_rounds": 4, "max_rounds": 40, "sessions": 2, "precision": 0.5}
+    slower = latency(**options).evaluate(heavy, make_ctx(reference=make_model().artifact))
+    assert slower.values["speedup_high"] < 1
+    assert slower.details["stopped_because"].startswith("slower than the model compared with")
+    assert slower.details["runs"] < 60
+    faster = latency(**options).evaluate(make_model().artifact, make_ctx(reference=heavy))
+    assert faster.values["speedup_low"] > 1
+    assert faster.details["runs"] >= 60
+
+
 def test_a_faster_candidate_is_still_measured_to_the_precision_asked(tmp_path, make_model, make_ctx) -> None:
     heavy = build_heavy_model(tmp_path / "heavy", width=256, layers=4)
     options = {"runs": 1, "runs_per_round": 3, "min_rounds": 4, "max_rounds": 12, "sessions": 2, "precision": 1e-9}
