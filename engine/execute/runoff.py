@@ -14,7 +14,9 @@ bytes), and its record sits in the store beside the others. What it measured is 
 candidates (``CandidateResult.runoffs``, in candidates.json) and engine.select.ties reads it.
 
 A pair whose candidate runs with searched session settings is not run off (the reference side
-would run on the target as written, not as that candidate ran): its tie goes to the rules.
+would run on the target as written, not as that candidate ran): its tie goes to the rules. Nor is a
+pair of one model made by two paths (the same digest: NNCF's accuracy control that reverted
+nothing writes the plain quantization's bytes); its figures are shared, and the rules decide.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def run_runoffs(runner: Runner) -> int:
             continue
         if second.candidate.id in first.runoffs or {first.candidate.id, second.candidate.id} & settled:
             continue
+        if first.model is not None and second.model is not None and first.model.digest == second.model.digest:
+            continue  # one model made by two paths: the same figures, nothing to run off; the rules decide (fewer passes)
         if _measure(runner, runoff, name, first, second):
             measured += 1
     return measured

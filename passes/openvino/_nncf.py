@@ -131,5 +131,43 @@ def quantization_facts(before: Input, after: ov.Model) -> dict[str, Any]:
     }
 
 
+#: what ``nncf.quantize_with_accuracy_control`` adds to the model's ``nncf/quantization`` rt_info
+#: beyond what ``nncf.quantize`` writes (it keeps the options it was given as
+#: ``advanced_quantization_parameters`` and its own working copy, weights left uncompressed
+#: while it may revert, as ``advanced_parameters``)
+_ACCURACY_CONTROL_INFO = ("advanced_accuracy_restorer_parameters", "drop_type", "max_drop")
+
+
+def as_plain_quantization(model: ov.Model) -> None:
+    """Write an accuracy-controlled model that reverted nothing as ``nncf.quantize`` writes the
+    same quantization, in place: its ``nncf`` rt_info without accuracy control's entries, the
+    options it was given as ``advanced_parameters``. Its ops and weights already are that
+    quantization's, so the two passes' models are then the same bytes (one digest, measured
+    once); ``nncf_quantize_accuracy``'s record keeps what accuracy control measured."""
+    info = model.get_rt_info()
+    if "nncf" not in info:
+        return
+    entries = _rt_entries(info["nncf"], ["nncf"])
+    here = ("nncf", "quantization")
+    if (*here, "advanced_quantization_parameters") not in entries:
+        return
+    entries[(*here, "advanced_parameters")] = entries.pop((*here, "advanced_quantization_parameters"))
+    for key in _ACCURACY_CONTROL_INFO:
+        entries.pop((*here, key), None)
+    del info["nncf"]  # nested rt_info is read as copies: the subtree is written anew, entry by entry
+    for path, value in entries.items():
+        model.set_rt_info(value, list(path))
+
+
+def _rt_entries(node: Any, path: list[str]) -> dict[tuple[str, ...], str]:
+    found: dict[tuple[str, ...], str] = {}
+    for key, value in dict(node).items():
+        if isinstance(value, dict):
+            found.update(_rt_entries(value, [*path, key]))
+        else:
+            found[(*path, key)] = value.astype(str) if hasattr(value, "astype") else str(value)
+    return found
+
+
 def write(model: ov.Model, ctx: PassContext, hint: str | None) -> Path:
     return _ir.save_ir(model, Path(ctx.output_dir), hint)

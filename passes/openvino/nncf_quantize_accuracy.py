@@ -28,7 +28,7 @@ from passes.openvino._base import OpenVinoPass, QuantizeOptions, check_outputs_k
 class NncfQuantizeAccuracy(OpenVinoPass):
     name = "nncf_quantize_accuracy"
     summary = "INT8 quantization with NNCF that reverts the costliest ops to float until a workflow metric drops by at most max_drop."
-    version = "1"
+    version = "2"  # 2: nothing reverted, the model is written as nncf_quantize writes it
     accepts = ("openvino", "onnx")
     produces = "openvino"
     target_dependent = True
@@ -73,7 +73,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
         from passes.openvino._quiet import decline_telemetry, library_output
 
         decline_telemetry()
-        from passes.openvino import _accuracy, _nncf
+        from passes.openvino import _accuracy, _ir, _nncf
 
         cfg = self.config
         if ctx.measure is None:
@@ -92,6 +92,9 @@ class NncfQuantizeAccuracy(OpenVinoPass):
             raise validator.error  # NNCF swallowed it (and fell back to a mode this pass does not run)
         seconds = round(time.perf_counter() - started, 3)
         check_outputs_kept(source.model, quantized)
+        reverted_none = len(validator.measured) > 1 and set(_ir.quantized_op_names(quantized)) == validator.measured[1].quantized_ops
+        if reverted_none:  # the first quantization met the bar: written as nncf_quantize writes it
+            _nncf.as_plain_quantization(quantized)
         _nncf.write(quantized, ctx, source.hint)
         output_model = ModelArtifact.from_folder("openvino", Path(ctx.output_dir), attrs=model.attrs)
         final = validator.measure_value(output_model)  # the written model, INT8 weights and all
@@ -103,6 +106,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
                 "subset_size": subset_size,
                 "calibration_samples": len(items),
                 "inference_precision_hint": source.hint,
+                "written_as_plain_quantization": reverted_none,
                 "library_warnings": output.lines(),
                 "seconds": seconds,
             }

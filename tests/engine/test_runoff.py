@@ -138,6 +138,29 @@ def test_a_candidate_its_own_timing_put_behind_the_tied_reference_is_out_without
     assert "lost on the runoff (#0 " in slower.verdict and "as fast as #2, paired" in slower.verdict, slower.verdict
 
 
+def test_one_model_made_by_two_paths_is_not_run_off_against_itself(tmp_path, tiny_onnx) -> None:
+    from test_select import resolved_with, result, spread
+
+    from engine.execute.runner import Fetched
+
+    resolved = resolved_with(tmp_path, tiny_onnx, runoff=True, tie_within=0.15)
+    ref = result(tmp_path, 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+    leader = result(tmp_path, 1, speedup=spread(1.30, 0.05, seed=1), cosines=[0.995] * 32)
+    twin = result(tmp_path, 2, speedup=spread(1.29, 0.05, seed=2), cosines=[0.995] * 32)
+    twin.model = leader.model  # the same bytes, made by another step
+    asked = []
+
+    def measure_pair(spec, first, second):  # type: ignore[no-untyped-def]
+        asked.append((first.candidate.id, second.candidate.id))
+        return Fetched("ran", {"values": {"speedup": 1.0, "speedup_low": 0.99, "speedup_high": 1.01}, "samples": {}}), "k"
+
+    assert run_runoffs(_runner(resolved, [ref, leader, twin], measure_pair)) == 0
+    assert asked == [] and not leader.runoffs and not twin.runoffs
+    twin.model = result(tmp_path, 3, speedup=[1.0], cosines=[1.0]).model  # other bytes: run off
+    assert run_runoffs(_runner(resolved, [ref, leader, twin], measure_pair)) == 1
+    assert asked == [("cpu/1", "cpu/2")]
+
+
 def _runner(resolved, results, measure_pair):  # type: ignore[no-untyped-def]
     """What run_runoffs reads of a Runner, over results made by hand (the first is the reference)."""
     from types import SimpleNamespace

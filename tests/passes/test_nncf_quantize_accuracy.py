@@ -74,6 +74,22 @@ def test_a_tight_max_drop_reverts_ops_and_recovers_the_metric(bert_ir: ModelArti
     assert 1 <= details["iterations"] <= 3
     assert any("Accuracy drop" in line for line in details["nncf_log"])
     assert details["models_measured"] > 3
+    assert details["written_as_plain_quantization"] is False
+    info = ov.Core().read_model(str(result.model.model_file)).get_rt_info()
+    assert "max_drop" in dict(info["nncf"]["quantization"])  # accuracy control's own entries kept
+
+
+def test_nothing_reverted_is_written_as_nncf_quantize_writes_it(bert_ir: ModelArtifact, loose, tmp_path: Path) -> None:
+    # the same quantization: the same bytes, so one digest that the engine measures once
+    from passes.openvino.nncf_quantize import NncfQuantize
+
+    result, _ = loose
+    assert result.details["written_as_plain_quantization"] is True
+    config = NncfQuantize.Config(calibration="calibration", model_type="transformer")
+    plain = NncfQuantize(config)(bert_ir, make_ctx(tmp_path / "plain", {"calibration": CALIBRATION})).model
+    for name in ("model.xml", "model.bin"):
+        assert (result.model.path / name).read_bytes() == (plain.path / name).read_bytes(), name
+    assert result.model.digest == plain.digest
 
 
 def test_the_written_model_is_openvino_ir_with_quantized_ops(bert_ir: ModelArtifact, loose) -> None:
