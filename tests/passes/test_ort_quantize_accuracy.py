@@ -196,7 +196,7 @@ def test_every_iteration_is_recorded_and_written(tmp_path: Path) -> None:
     for entry in trajectory:
         assert set(entry) >= {"iteration", "excluded", "newly_excluded", "newly_excluded_count", "metric", "met", "seconds"}
         assert set(entry["seconds"]) == {"quantize", "measure"}
-        assert (tmp_path / "work" / f"iter_{entry['iteration']}" / "model.onnx").exists()
+        assert (tmp_path / "work" / f"iter_{entry['rung']}" / "model.onnx").exists()
     assert [t["met"] for t in trajectory] == [False, True]
     assert result.details["stopped"] == "bar_met"
 
@@ -257,8 +257,31 @@ def test_a_max_bar_is_a_ceiling(tmp_path: Path) -> None:
     assert result.details["bar_met"] is True and result.details["iterations"] == 1
 
 
+def _fewer_quantized_is_closer(evaluation: str, model: ModelArtifact) -> MetricResult:
+    """A measure rising with every QuantizeLinear left out: each rung no further from the bar than the one below."""
+    quantizers = sum(n.op_type == "QuantizeLinear" for n in onnx.load(str(model.model_file)).graph.node)
+    return MetricResult(values={"cosine_mean": 1.0 - quantizers / 100}, details={})
+
+
+def test_bisection_finds_the_rung_climbing_finds_from_fewer_models(tmp_path: Path) -> None:
+    # rungs 0-7 measure 0.86 0.87 0.88 0.89 0.91 0.91 0.93 0.97: the lowest at 0.92 or above is rung 6
+    options = {"measure": _fewer_quantized_is_closer, "min": 0.92, "max_iterations": 8, "nodes_per_step": 1}
+    linear = _tune(tmp_path / "linear", search="linear", **options).details
+    bisect = _tune(tmp_path / "bisect", **options).details
+    assert [t["rung"] for t in linear["trajectory"]] == list(range(7))
+    assert [t["rung"] for t in bisect["trajectory"]] == [0, 1, 4, 6, 5]  # rung 1 first, then halving rungs 1-8
+    assert bisect["excluded_nodes"] == linear["excluded_nodes"] and bisect["final_metric"] == linear["final_metric"]
+    assert bisect["stopped"] == linear["stopped"] == "bar_met"
+    assert bisect["trajectory"][bisect["chosen_iteration"]]["rung"] == 6
+    # a bar no rung clears: the top rung is reached, and the best model measured is the output
+    never = _tune(tmp_path / "never", **{**options, "min": 1.5}).details
+    assert [t["rung"] for t in never["trajectory"]] == [0, 1, 4, 6, 7]
+    assert never["stopped"] == "max_iterations" and never["bar_met"] is False
+    assert never["final_metric"] == max(t["metric"] for t in never["trajectory"])
+
+
 def test_op_types_fallback_leaves_whole_op_types_in_float(tmp_path: Path) -> None:
-    result = _tune(tmp_path, min=0.99, fallback="op_types")
+    result = _tune(tmp_path, min=0.99, fallback="op_types", search="linear")
     details = result.details
     assert details["fallen_op_types"] == ["Softmax", "Add"]  # equal noise (the masked scores), Softmax's a hair more
     assert [t.get("op_type") for t in details["trajectory"]] == [None, "Softmax", "Add"]
