@@ -119,6 +119,7 @@ class Memory(Evaluator):
 
     name = "memory"
     summary = "Peak resident memory while a model loads and runs, and the memory added by loading it and by running it (MiB)."
+    deployed_sessions = True
     version = "1"
     metrics = ("peak_rss_mb", "load_delta_mb", "run_delta_mb")
     libraries = ("psutil",)

@@ -89,6 +89,10 @@ class Evaluator(ABC):
     metrics: ClassVar[tuple[str, ...]] = ()
     #: timing evaluators belong to the host they ran on and never share the machine with other work
     timing: ClassVar[bool] = False
+    #: its sessions are opened as the chosen model is deployed (the target as written), since its
+    #: figures describe a session (timing evaluators, memory); otherwise on ``Target.untimed``:
+    #: the same outputs, opened to share the cores with other jobs
+    deployed_sessions: ClassVar[bool] = False
     #: opens the model in a session on the target (so a model the target cannot load fails it);
     #: where no evaluation of a workflow does, the engine adds ``load``, which does only that
     opens_session: ClassVar[bool] = True

@@ -233,6 +233,13 @@ class Target(ABC):
     def id(self) -> str:
         return self.config.id
 
+    def untimed(self) -> Target:
+        """This target as a job that is not timed opens it (an accuracy or fidelity evaluation, a
+        pass measuring its own models): the same outputs, without a runtime's habits that pay off
+        only on a machine to itself, since such a job shares the cores with other jobs. The default
+        is the target itself; ONNX Runtime's lets idle intra-op threads sleep instead of spin."""
+        return self
+
     @classmethod
     def host_report(cls) -> list[tuple[str, bool, str]]:
         """What this runtime family could run on here, one row per backend (e.g. execution

@@ -93,7 +93,8 @@ def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: di
         if target is None:
             raise KilnError(f"step '{job.step_id}' measures models, so it needs a target")
         cls = registry.load("evaluators", spec.plugin)
-        ctx = EvalContext(target=target, workdir=workdir, reference=reference, datasets=datasets, cache_dir=cache_root / spec.plugin)
+        on = target if cls.timing or cls.deployed_sessions else target.untimed()
+        ctx = EvalContext(target=on, workdir=workdir, reference=reference, datasets=datasets, cache_dir=cache_root / spec.plugin)
         return cls(cls.Config(**spec.config)).evaluate(model, ctx)
 
     return measure
@@ -175,9 +176,13 @@ def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
         session = target.open_session(reference or model)
         return session.token_inputs if isinstance(session, GenerativeSession) else session.inputs
 
+    reference_target = _target(job, job.reference_target) if job.reference_target is not None else None
+    if not (cls.timing or cls.deployed_sessions):  # sharing the cores with other jobs (Target.untimed)
+        target = target.untimed()
+        reference_target = reference_target.untimed() if reference_target is not None else None
     ctx = EvalContext(
         target=target,
-        reference_target=_target(job, job.reference_target) if job.reference_target is not None else None,
+        reference_target=reference_target,
         workdir=workdir,
         reference=reference,
         datasets=_dataset_loaders(job, input_model, signature),
