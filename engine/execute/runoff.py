@@ -81,19 +81,35 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
     them against their target's reference, paired, and its interval lies wholly on one side of 1.
     That measurement is kept as their runoff with the reference (``from: "its timing"``); one
     measured slower than the reference cannot be chosen (engine.select.ties puts it out), so no
-    runoff is spent on it. An interval that holds 1 decides nothing: that pair is still run off."""
+    runoff is spent on it.
+
+    An interval that holds 1 decides nothing by itself, and that pair is run off, unless it lies
+    wholly within the workflow's practical margin (``select.tie_within``: between 1 / (1 + margin)
+    and 1 + margin): then the two are equivalent at the workflow's confidence, and a runoff could
+    only resolve a difference the workflow has called immaterial. That timing is kept as their
+    runoff (``within``: the margin), and the rules after the runoff decide (the better paired
+    estimate). On bert-openvino the FP32 IR at the device's precision against the FP32 reference
+    on an AVX2 host, 0.984x [0.958, 1.018] within a margin of 10%, took a 32 s runoff that could
+    not separate them."""
     tied = {r.candidate.id: r for pair in pairs for r in pair}
     settled: set[str] = set()
-    confidence = runner.resolved.spec.select.confidence
+    select = runner.resolved.spec.select
+    margin = select.tie_within or 0.0
     for result in tied.values():
         reference = runner.references.get(result.candidate.target)
         if reference is None or result is reference or reference.candidate.id not in tied or result.candidate.settings:
             continue
-        interval = interval_of(result, metric, confidence)
-        if interval is None or interval.low <= 1 <= interval.high:
+        interval = interval_of(result, metric, select.confidence)
+        if interval is None:
+            continue
+        holds_one = interval.low <= 1 <= interval.high
+        equivalent = margin > 0 and 1 / (1 + margin) <= interval.low and interval.high <= 1 + margin
+        if holds_one and not equivalent:
             continue
         if reference.candidate.id not in result.runoffs:
             shared = {"metric": metric, "key": result.eval_keys.get(eval_id), "status": "hit", "from": "its timing"}
+            if holds_one:
+                shared["within"] = margin
             _keep(result, reference, (interval.estimate, interval.low, interval.high, interval.confidence), shared)
         if interval.high < 1:
             settled.add(result.candidate.id)

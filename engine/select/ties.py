@@ -169,7 +169,13 @@ class _Cascade:
             if score(result) != score(winner) and pooled:
                 pair = runoff_interval(winner, result)
                 figures = ratio_text(pair) if pair is not None else f"{number(score(winner) / score(result))}x"
-                text = f"the runoff's paired estimate ({label(winner)} {figures} as fast as {label(result)}: the runoff could not separate them)"
+                within = (winner.runoffs.get(result.candidate.id) or {}).get("within")
+                why = (
+                    f"its timing against the reference, paired, lies within the {number(within * 100)}% tie margin: equivalent, not run off"
+                    if within
+                    else "the runoff could not separate them"
+                )
+                text = f"the runoff's paired estimate ({label(winner)} {figures} as fast as {label(result)}: {why})"
             elif score(result) != score(winner):
                 text = (
                     f"the better estimate of {metric} ({number(value(winner))} vs {number(value(result))}; "

@@ -130,12 +130,40 @@ def test_a_candidate_its_own_timing_put_behind_the_tied_reference_is_out_without
         return Fetched("ran", record), "k"
 
     results = [ref, leader, slower]
-    assert run_runoffs(_runner(resolved, results, measure_pair)) == 1
-    assert asked == [("cpu/1", "cpu/0")]  # the leader against the reference; not against the slower one
+    # nor against the reference: the leader's own timing, holding 1, lies within the 15% margin (equivalent)
+    assert run_runoffs(_runner(resolved, results, measure_pair)) == 0
+    assert asked == [] and leader.runoffs["cpu/0"]["within"] == 0.15
     assert slower.runoffs["cpu/0"]["from"] == "its timing" and slower.runoffs["cpu/0"]["high"] < 1
     select(resolved, results)
     assert not slower.chosen  # ten times smaller, but measured slower than the reference, paired
     assert "lost on the runoff (#0 " in slower.verdict and "as fast as #2, paired" in slower.verdict, slower.verdict
+
+
+def test_a_timing_against_the_reference_within_the_tie_margin_is_not_run_off(tmp_path, tiny_onnx) -> None:
+    """Paired against the tied reference, wholly within tie_within: equivalent; no runoff, the paired estimate decides."""
+    from test_select import resolved_with, result, spread
+
+    from engine.execute.runner import Fetched
+    from engine.select.select import select
+
+    asked = []
+
+    def measure_pair(spec, first, second):  # type: ignore[no-untyped-def]
+        asked.append((first.candidate.id, second.candidate.id))
+        return Fetched("ran", {"values": {"speedup": 0.99, "speedup_low": 0.96, "speedup_high": 1.02}, "samples": {}}), "k"
+
+    for margin, runoffs in ((0.1, 0), (0.01, 1)):  # 0.993x [0.971, 1.004]: within 10%, not within 1%
+        resolved = resolved_with(tmp_path / str(margin), tiny_onnx, runoff=True, tie_within=margin)
+        ref = result(tmp_path / str(margin), 0, speedup=[1.0], cosines=[1.0] * 32, reference=True, passes=0)
+        twin = result(tmp_path / str(margin), 1, speedup=spread(1.0, 0.04, seed=3), cosines=[1.0] * 32)
+        asked.clear()
+        assert run_runoffs(_runner(resolved, [ref, twin], measure_pair)) == runoffs
+        assert len(asked) == runoffs
+        if runoffs == 0:
+            kept = twin.runoffs["cpu/0"]
+            assert kept["from"] == "its timing" and kept["within"] == margin and kept["low"] <= 1 <= kept["high"]
+            select(resolved, [ref, twin])
+            assert ref.chosen and "within the 10% tie margin: equivalent, not run off" in twin.verdict, twin.verdict
 
 
 def test_one_model_made_by_two_paths_is_not_run_off_against_itself(tmp_path, tiny_onnx) -> None:
