@@ -87,8 +87,8 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
     wholly within the workflow's practical margin (``select.tie_within``: between 1 / (1 + margin)
     and 1 + margin): then the two are equivalent at the workflow's confidence, and a runoff could
     only resolve a difference the workflow has called immaterial. That timing is kept as their
-    runoff (``within``: the margin), and the rules after the runoff decide (the better paired
-    estimate). On bert-openvino the FP32 IR at the device's precision against the FP32 reference
+    runoff (``within``: the margin), and the rules after the runoff decide, counting the two
+    estimates as equal (engine.select.ties: fewer passes, then the workflow's order). On bert-openvino the FP32 IR at the device's precision against the FP32 reference
     on an AVX2 host, 0.984x [0.958, 1.018] within a margin of 10%, took a 32 s runoff that could
     not separate them."""
     tied = {r.candidate.id: r for pair in pairs for r in pair}

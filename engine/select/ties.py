@@ -19,7 +19,9 @@ Candidates whose objective the measurements cannot separate from the best one ar
    Comparing with the best on the rule (never pairwise in turn) keeps the outcome independent of
    the candidates' order.
 3. **The better estimate of the objective**: after a runoff, each candidate's paired ratio to the
-   runoff's leader (the leader's own is 1); without one, the first measurement's estimate.
+   runoff's leader (the leader's own is 1); without one, the first measurement's estimate. A
+   candidate whose paired timing with the leader lies within ``select.tie_within`` (``within``,
+   engine.execute.runoff) is equivalent to it: their estimates count as equal.
 4. **Fewer passes** (when ``passes`` is in ``select.tie_break``), only where those estimates are
    equal (point figures without samples, say); then the workflow's candidate order.
 
@@ -157,25 +159,38 @@ class _Cascade:
         runoff with the leader), then fewer passes, then the workflow's order."""
         pooled = len(self.alive) > 1 and all(r is leader or runoff_interval(r, leader) is not None for r in self.alive)
 
+        def within(r: CandidateResult) -> float | None:
+            """The tie margin ``r``'s paired timing with the leader lies within (equivalent), or None."""
+            return None if r is leader else (r.runoffs.get(leader.candidate.id) or {}).get("within")
+
         def score(r: CandidateResult) -> float:
             if not pooled:
                 return sign * value(r)
             found = runoff_interval(r, leader)
-            return 1.0 if r is leader or found is None else found.estimate
+            # equivalent within the margin: the estimate's difference is one the workflow calls immaterial
+            return 1.0 if r is leader or found is None or within(r) else found.estimate
 
         self.alive.sort(key=lambda r: (score(r), -len(r.candidate.jobs) if passes else 0, -self.order[r.candidate.id]), reverse=True)
         winner = self.alive[0]
         for result in self.alive[1:]:
+            equivalent = within(result) or within(winner)
             if score(result) != score(winner) and pooled:
                 pair = runoff_interval(winner, result)
                 figures = ratio_text(pair) if pair is not None else f"{number(score(winner) / score(result))}x"
-                within = (winner.runoffs.get(result.candidate.id) or {}).get("within")
-                why = (
-                    f"its timing against the reference, paired, lies within the {number(within * 100)}% tie margin: equivalent, not run off"
-                    if within
-                    else "the runoff could not separate them"
+                text = f"the runoff's paired estimate ({label(winner)} {figures} as fast as {label(result)}: the runoff could not separate them)"
+            elif equivalent and pooled:
+                pair = runoff_interval(winner, result)
+                shown = f" ({label(winner)} {ratio_text(pair)} as fast as {label(result)})" if pair is not None else ""
+                simpler = f"fewer passes ({len(winner.candidate.jobs)} vs {len(result.candidate.jobs)})"
+                rest = (
+                    simpler
+                    if passes and len(result.candidate.jobs) != len(winner.candidate.jobs)
+                    else "its place in the workflow's candidate order"
                 )
-                text = f"the runoff's paired estimate ({label(winner)} {figures} as fast as {label(result)}: {why})"
+                text = (
+                    f"{rest}: equivalent on {metric}, its timing against the reference, paired, lying within the "
+                    f"{number(equivalent * 100)}% tie margin{shown}, so not run off"
+                )
             elif score(result) != score(winner):
                 text = (
                     f"the better estimate of {metric} ({number(value(winner))} vs {number(value(result))}; "

@@ -126,7 +126,7 @@ class SelectSpec(_Strict):
             "their intervals do not overlap (0.1: within 10%), so a measurably slower model can win the tie-break; its "
             "verdict says it was measurably slower and by how much. Runs minutes apart, or under another load, move a speedup "
             "by more than one run's interval. A candidate whose paired timing against its target's reference lies wholly "
-            "within this margin is equivalent to it: that pair is not run off (`runoff`), the better paired estimate decides. "
+            "within this margin is equivalent to it: that pair is not run off (`runoff`), and their estimates count as equal (fewer passes decides). "
             "null or 0 (the default): ties only where the intervals overlap (or a paired difference on the same samples holds 0)."
         ),
     )

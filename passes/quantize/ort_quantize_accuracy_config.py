@@ -43,11 +43,11 @@ class OrtQuantizeAccuracyConfig(OrtQuantizeConfig):
         ),
     )
     nodes_per_step: int = Field(
-        4, ge=1, description="fallback nodes: how many more nodes each iteration leaves in float (at least; a tensor's nodes go together)."
+        4, ge=1, description="fallback nodes: how many more nodes each rung leaves in float (at least; a tensor's nodes go together)."
     )
     fallback: Literal["nodes", "op_types"] = Field(
         "nodes",
-        description="nodes: the nodes around the noisiest quantized tensors fall back; op_types: all nodes of the op type adding the most noise, one op type per iteration.",
+        description="nodes: the nodes around the noisiest quantized tensors fall back; op_types: all nodes of the op type adding the most noise, one op type per rung.",
     )
     sensitivity: Literal["activation_error", "weight_error"] | None = Field(
         None,
