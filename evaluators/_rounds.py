@@ -54,6 +54,8 @@ class RoundsConfig(Protocol):
     @property
     def stop_when_faster_than(self) -> float | None: ...
     @property
+    def stop_when_within(self) -> float | None: ...
+    @property
     def max_time_s(self) -> float: ...
     @property
     def busy_cores(self) -> float: ...
@@ -237,7 +239,7 @@ class Rounds:
             return "runs done"
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
-        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval)
+        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_within)
         if decided:
             return decided
         if rounds >= cfg.max_rounds:

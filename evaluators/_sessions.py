@@ -211,6 +211,18 @@ class ComparisonRules(EvaluatorConfig):
             "each is measured until its question is decided, and the runoff, pairing the tied leaders with each other, ranks them."
         ),
     )
+    stop_when_within: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description=(
+            "Stop adding measurements once the whole interval of the speedup lies within this margin of 1 (between "
+            "1 / (1 + margin) and 1 + margin): the candidate is as fast as the model compared with, within a difference the "
+            "workflow calls immaterial. Unset: measure until `precision` (or the budget). Where the selection runs ties off "
+            "and sets `stop_when_faster_than` on the candidates' timing, the engine sets this to `select.tie_within` (when "
+            "set): such a candidate is equivalent to its reference, and the selection counts their estimates as equal."
+        ),
+    )
     max_time_s: float = Field(
         default=60.0, gt=0, le=86_400, description="Time budget for the measurements: stop adding them after this many seconds."
     )
@@ -234,12 +246,20 @@ class ComparisonRules(EvaluatorConfig):
     )
 
 
-def decided_against_compared(stop_when_slower: bool, threshold: float | None, interval: Interval) -> str:
-    """Why the comparison is decided (``ComparisonRules.stop_when_slower``, ``stop_when_faster_than``: ``threshold``), or ""."""
+def decided_against_compared(stop_when_slower: bool, threshold: float | None, interval: Interval, within: float | None = None) -> str:
+    """Why the comparison is decided (``ComparisonRules.stop_when_slower``, ``stop_when_faster_than``:
+    ``threshold``, ``stop_when_within``: ``within``), or ""."""
     slower = slower_than_compared(stop_when_slower, interval)
-    if slower or threshold is None or interval.low <= threshold:
+    if slower:
         return slower
-    return f"faster than the model compared with by more than {threshold:g}x (the whole interval above it: {interval.low:.3g}-{interval.high:.3g})"
+    if threshold is not None and interval.low > threshold:
+        return f"faster than the model compared with by more than {threshold:g}x (the whole interval above it: {interval.low:.3g}-{interval.high:.3g})"
+    if within is not None and 1 / (1 + within) <= interval.low and interval.high <= 1 + within:
+        return (
+            f"as fast as the model compared with, within {within:.0%} (the whole interval inside "
+            f"{1 / (1 + within):.3g}-{1 + within:.3g}: {interval.low:.3g}-{interval.high:.3g})"
+        )
+    return ""
 
 
 def slower_than_compared(stop_when_slower: bool, interval: Interval) -> str:
