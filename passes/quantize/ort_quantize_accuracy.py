@@ -23,7 +23,7 @@ accuracy-driven tuning, whose ONNX support is gone upstream).
    the default: 8 rungs take 5 models at most, the first included, where climbing them takes up
    to 8; it takes more nodes in float to bring a model no further from the bar, which is what the
    ranking intends; on MiniLM's accuracy-driven dynamic INT8 the same rung came out, 12 nodes in
-   float, from 4 models instead of 7), or rung by rung (``linear``).
+   float, from 5 models instead of 7), or rung by rung (``linear``).
 5. When no rung measured clears the bar, ``on_failure: best`` outputs the best model measured
    (closest to the bar; fewer float nodes among equals) with a note, and ``error`` fails with the
    trajectory (every model measured, in the order measured, with its rung).
@@ -119,7 +119,7 @@ class OrtQuantizeAccuracy(OnnxPass):
             "seconds": round(time.perf_counter() - started, 3),
         }
         if cfg.fallback == "op_types":
-            details["fallen_op_types"] = best.fallen
+            details["fallen_op_types"] = best.rung.fallen
         return PassResult(model=output, details=details, notes=notes)
 
     def _iterate(
@@ -141,7 +141,7 @@ class OrtQuantizeAccuracy(OnnxPass):
         ranked, sensitivity, candidates = self._rank(graph, runs[0], datasets, quantize, workdir)
         op_order = _sensitivity.op_type_ranking(ranked, op_of)
         sensitivity["op_types"] = dict(op_order)
-        ladder = self._ladder(ranked, op_order, candidates, op_of)
+        ladder = self._ladder(runs[0].rung, ranked, op_order, candidates, op_of)
         if len(ladder) == 1:
             return runs, "nothing_left_to_fall_back", sensitivity
         met = self._climb(ctx, quantize, ladder, runs)
@@ -149,13 +149,15 @@ class OrtQuantizeAccuracy(OnnxPass):
             return runs, "bar_met", sensitivity
         return runs, "max_iterations" if len(ladder) == cfg.max_iterations else "nothing_left_to_fall_back", sensitivity
 
-    def _ladder(self, ranked: list[Any], op_order: list[tuple[str, float]], candidates: list[str], op_of: dict[str, str]) -> list[_Rung]:
-        """The rungs the search may measure, up to ``max_iterations``: rung 0 as given, each next one
-        the previous with the next noisiest nodes (``nodes_per_step`` at least) or the next op type in float."""
+    def _ladder(
+        self, first: _Rung, ranked: list[Any], op_order: list[tuple[str, float]], candidates: list[str], op_of: dict[str, str]
+    ) -> list[_Rung]:
+        """The rungs the search may measure, up to ``max_iterations``: ``first`` (rung 0, as given), each
+        next one the previous with the next noisiest nodes (``nodes_per_step`` at least) or the next op type in float."""
         from passes.quantize import _sensitivity
 
         cfg = self.config
-        ladder = [_Rung(0, list(cfg.nodes_to_exclude), [], None)]
+        ladder = [first]
         while len(ladder) < cfg.max_iterations:
             below = ladder[-1]
             if cfg.fallback == "nodes":
@@ -193,7 +195,7 @@ class OrtQuantizeAccuracy(OnnxPass):
         value = self._measure(ctx, result.model)
         seconds = {"quantize": round(quantized - began, 3), "measure": round(time.perf_counter() - quantized, 3)}
         ctx.logger.info("%s: rung %d, %d nodes in float, %s %s", ctx.step_id, rung.index, len(rung.excluded), self.config.metric, value)
-        return _Run(result, value, rung.excluded, rung.new, rung.op_type, seconds, rung.index, rung.fallen)
+        return _Run(result, value, rung, seconds)
 
     def _quantizer(self, ctx: PassContext, float_model: ModelArtifact, datasets: dict[str, Any]) -> Any:
         """``quantize(excluded, output_dir, **override)``: ort_quantize of the float model with
@@ -333,30 +335,31 @@ class _Rung:
 
 @dataclass
 class _Run:
-    """One model measured: the quantized model, its metric, the nodes it left in float, its rung."""
+    """One model measured: the quantized model, its metric, the rung it was made for."""
 
     result: PassResult
     value: float
-    excluded: list[str]
-    new: list[str]
-    op_type: str | None
+    rung: _Rung
     seconds: dict[str, float]
-    rung: int = 0
-    fallen: list[str] = field(default_factory=list)
+
+    @property
+    def excluded(self) -> list[str]:
+        return self.rung.excluded
 
     def summary(self, iteration: int, met: bool) -> dict[str, Any]:
+        rung = self.rung
         entry: dict[str, Any] = {
             "iteration": iteration,
-            "rung": self.rung,
-            "excluded": len(self.excluded),
-            "newly_excluded_count": len(self.new),
-            "newly_excluded": self.new[:_NAMES_SHOWN],
+            "rung": rung.index,
+            "excluded": len(rung.excluded),
+            "newly_excluded_count": len(rung.new),
+            "newly_excluded": rung.new[:_NAMES_SHOWN],
             "metric": self.value,
             "met": met,
             "seconds": self.seconds,
         }
-        if self.op_type is not None and self.rung > 0:
-            entry["op_type"] = self.op_type
+        if rung.op_type is not None and rung.index > 0:
+            entry["op_type"] = rung.op_type
         return entry
 
 
