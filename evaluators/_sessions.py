@@ -254,7 +254,7 @@ def decided_against_compared(stop_when_slower: bool, threshold: float | None, in
         return slower
     if threshold is not None and interval.low > threshold:
         return f"faster than the model compared with by more than {threshold:g}x (the whole interval above it: {interval.low:.3g}-{interval.high:.3g})"
-    if within is not None and 1 / (1 + within) <= interval.low and interval.high <= 1 + within:
+    if within is not None and interval.within_ratio(within):
         return (
             f"as fast as the model compared with, within {within:.0%} (the whole interval inside "
             f"{1 / (1 + within):.3g}-{1 + within:.3g}: {interval.low:.3g}-{interval.high:.3g})"

@@ -103,7 +103,7 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
         if interval is None:
             continue
         holds_one = interval.low <= 1 <= interval.high
-        equivalent = margin > 0 and 1 / (1 + margin) <= interval.low and interval.high <= 1 + margin
+        equivalent = interval.within_ratio(margin)
         if holds_one and not equivalent:
             continue
         if reference.candidate.id not in result.runoffs:

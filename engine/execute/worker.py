@@ -93,11 +93,19 @@ def _measure(job: WorkOrder, target: Any, reference: ModelArtifact, datasets: di
         if target is None:
             raise KilnError(f"step '{job.step_id}' measures models, so it needs a target")
         cls = registry.load("evaluators", spec.plugin)
-        on = target if cls.timing or cls.deployed_sessions else target.untimed()
-        ctx = EvalContext(target=on, workdir=workdir, reference=reference, datasets=datasets, cache_dir=cache_root / spec.plugin)
+        ctx = EvalContext(
+            target=_opened_for(cls, target), workdir=workdir, reference=reference, datasets=datasets, cache_dir=cache_root / spec.plugin
+        )
         return cls(cls.Config(**spec.config)).evaluate(model, ctx)
 
     return measure
+
+
+def _opened_for(cls: Any, target: Any) -> Any:
+    """``target`` as ``cls``'s evaluation opens it: as written for a timing evaluator or one whose
+    figures describe the deployed session (``Evaluator.deployed_sessions``), else its untimed twin,
+    which shares the cores with other jobs (``Target.untimed``)."""
+    return target if cls.timing or cls.deployed_sessions else target.untimed()
 
 
 def _staging(job: WorkOrder) -> Path:
@@ -176,13 +184,9 @@ def run_eval(job: WorkOrder, store: Store) -> dict[str, Any]:
         session = target.open_session(reference or model)
         return session.token_inputs if isinstance(session, GenerativeSession) else session.inputs
 
-    reference_target = _target(job, job.reference_target) if job.reference_target is not None else None
-    if not (cls.timing or cls.deployed_sessions):  # sharing the cores with other jobs (Target.untimed)
-        target = target.untimed()
-        reference_target = reference_target.untimed() if reference_target is not None else None
     ctx = EvalContext(
-        target=target,
-        reference_target=reference_target,
+        target=_opened_for(cls, target),
+        reference_target=_opened_for(cls, _target(job, job.reference_target)) if job.reference_target is not None else None,
         workdir=workdir,
         reference=reference,
         datasets=_dataset_loaders(job, input_model, signature),
