@@ -46,7 +46,7 @@ class NncfQuantize(OpenVinoPass):
         decline_telemetry()
         import nncf
 
-        from passes.openvino import _nncf
+        from passes.openvino import _nncf, _nncf_shared
 
         cfg = self.config
         notes: list[str] = []
@@ -54,12 +54,13 @@ class NncfQuantize(OpenVinoPass):
         items = _nncf.calibration_items(ctx, cfg.calibration, source.model)
         subset_size = _nncf.subset(cfg.subset_size, len(items), notes)
         started = time.perf_counter()
-        with library_output() as output:
+        with library_output() as output, _nncf_shared.shared(ctx.cache_dir, model.digest) as sharing:
             quantized = nncf.quantize(
                 source.model,
                 nncf.Dataset(items),
                 **_nncf.quantize_arguments(cfg, subset_size),
             )
+        notes.extend(sharing.notes())
         seconds = round(time.perf_counter() - started, 3)
         check_outputs_kept(source.model, quantized)
         _nncf.write(quantized, ctx, source.hint)
@@ -79,6 +80,7 @@ class NncfQuantize(OpenVinoPass):
             "ignored_scope": cfg.ignored_scope.to_json(),
             "inference_precision_hint": source.hint,
             "library_warnings": output.lines(),
+            "calibration_shared": bool(sharing.served),
             "seconds": seconds,
         }
         return PassResult(

@@ -73,7 +73,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
         from passes.openvino._quiet import decline_telemetry, library_output
 
         decline_telemetry()
-        from passes.openvino import _accuracy, _ir, _nncf
+        from passes.openvino import _accuracy, _ir, _nncf, _nncf_shared
 
         cfg = self.config
         if ctx.measure is None:
@@ -86,8 +86,9 @@ class NncfQuantizeAccuracy(OpenVinoPass):
             ctx.measure, cfg.validation, cfg.metric, cfg.metric_goal, Path(ctx.workdir), source.hint, dict(model.attrs)
         )
         started = time.perf_counter()
-        with library_output() as output, _accuracy.candidates_as_models():
+        with library_output() as output, _accuracy.candidates_as_models(), _nncf_shared.shared(ctx.cache_dir, model.digest) as sharing:
             quantized = self._quantize(source, items, validator, subset_size)
+        notes.extend(sharing.notes())
         if validator.error is not None:
             raise validator.error  # NNCF swallowed it (and fell back to a mode this pass does not run)
         seconds = round(time.perf_counter() - started, 3)
@@ -107,6 +108,7 @@ class NncfQuantizeAccuracy(OpenVinoPass):
                 "calibration_samples": len(items),
                 "inference_precision_hint": source.hint,
                 "written_as_plain_quantization": reverted_none,
+                "calibration_shared": bool(sharing.served),
                 "library_warnings": output.lines(),
                 "seconds": seconds,
             }
