@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 
 from engine.core.errors import KilnError, MissingDependency, TargetUnavailable
 from engine.core.target import Availability, Target, TargetConfig, TensorSpec
+from targets.openvino_compiled import compiled_cache
 from targets.openvino_session import OpenVinoSession, compiled_property
 
 if TYPE_CHECKING:
@@ -345,7 +346,8 @@ class OpenVinoTarget(Target):
         hint, source = self.precision_hint_for(model_hint)
         config = self.compile_config(hint)
         try:
-            compiled = core.compile_model(ov_model, self.config.device, config)
+            with compiled_cache(self.cache_dir, model) as cache_dir:  # the blob of an earlier compilation, checked
+                compiled = core.compile_model(ov_model, self.config.device, {**config, "CACHE_DIR": cache_dir} if cache_dir else config)
         except RuntimeError as error:
             raise KilnError(f"openvino could not compile {path} for {self.config.device} with {config}: {error}") from error
         inputs = [
