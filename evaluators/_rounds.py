@@ -54,7 +54,7 @@ class RoundsConfig(Protocol):
     @property
     def stop_when_faster_than(self) -> float | None: ...
     @property
-    def stop_when_within(self) -> float | None: ...
+    def stop_when_not_faster_than(self) -> float | None: ...
     @property
     def max_time_s(self) -> float: ...
     @property
@@ -239,7 +239,7 @@ class Rounds:
             return "runs done"
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
-        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_within)
+        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_not_faster_than)
         if decided:
             return decided
         if rounds >= cfg.max_rounds:
