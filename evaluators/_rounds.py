@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed, slower_than_compared
+from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -225,12 +225,15 @@ class Rounds:
         if elapsed_s >= cfg.max_time_s:
             return f"max_time_s ({cfg.max_time_s:g} s) spent"
         interval = self.interval() if self.arms > 1 else None
-        # a candidate slower than the model it is compared with beyond doubt is decided: it cannot
-        # win against it, so its own figures need not reach `runs` / `min_time_s` (a decided
-        # faster one still does: it may be chosen, and its percentiles are then reported)
-        slower = slower_than_compared(cfg.stop_when_slower, interval) if interval is not None else ""
-        if slower:
-            return slower
+        # a candidate slower than the model it is compared with beyond doubt, or not faster than it
+        # by more than `stop_when_not_faster_than`, is decided: it cannot win against it, so its own
+        # figures need not reach `runs` / `min_time_s` (a decided faster one still does: it may be
+        # chosen, and its percentiles are then reported)
+        losing = (
+            decided_against_compared(cfg.stop_when_slower, None, interval, cfg.stop_when_not_faster_than) if interval is not None else ""
+        )
+        if losing:
+            return losing
         runs = len(self.times_ns[-1])
         timed_s = sum(self.times_ns[-1]) / 1e9
         if runs < cfg.runs or timed_s < cfg.min_time_s:

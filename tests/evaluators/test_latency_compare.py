@@ -237,6 +237,10 @@ def test_a_candidate_not_faster_than_its_reference_beyond_the_margin_stops_there
         "stopped_because"
     ]
     assert early.details["rounds"] < 30 and early.values["speedup_high"] <= 1.5
+    # decided before the runs asked, as a slower one is: it is never chosen over the reference
+    asked = latency(**{**options, "runs": 600}, stop_when_not_faster_than=1.5).evaluate(same, make_ctx(reference=make_model().artifact))
+    assert asked.details["stopped_because"].startswith("not faster than"), asked.details["stopped_because"]
+    assert asked.details["runs"] < 600
     assert (
         latency(**options).evaluate(same, make_ctx(reference=make_model().artifact)).details["stopped_because"] == "max_rounds (30) reached"
     )

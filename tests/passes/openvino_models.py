@@ -105,6 +105,13 @@ def export_tiny_bert(root: Path) -> ModelArtifact:
     return TorchExport()(ModelArtifact.from_folder("hf", folder), make_ctx(root / "export")).model
 
 
+def tiny_bert_ir(root: Path) -> ModelArtifact:
+    """The tiny BERT as OpenVINO IR (openvino_convert), for the NNCF passes."""
+    from passes.openvino.convert import OpenVinoConvert
+
+    return OpenVinoConvert()(export_tiny_bert(root / "bert"), make_ctx(root / "ir")).model
+
+
 def text_dataset(
     samples: int, sequence: int = 16, vocab: int = TINY_BERT["vocab_size"], seed: int = 0, token_types: bool = True
 ) -> Dataset:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import openvino as ov
 import pytest
-from openvino_models import TINY_BERT, export_tiny_bert, make_ctx, masked_cosine, run_model, text_dataset
+from openvino_models import TINY_BERT, export_tiny_bert, make_ctx, masked_cosine, run_model, text_dataset, tiny_bert_ir
 
 from engine.core import ModelArtifact, PassError
-from passes.openvino.convert import OpenVinoConvert
 from passes.openvino.nncf_compress_weights import NncfCompressWeights
 from targets.openvino import OpenVinoTarget
 
@@ -31,8 +30,7 @@ def _run_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def bert_ir(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
-    onnx_model = export_tiny_bert(tmp_path_factory.mktemp("bert"))
-    return OpenVinoConvert()(onnx_model, make_ctx(tmp_path_factory.mktemp("ir"))).model
+    return tiny_bert_ir(tmp_path_factory.mktemp("bert"))
 
 
 @pytest.fixture(scope="module")

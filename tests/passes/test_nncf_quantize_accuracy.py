@@ -8,11 +8,10 @@ from pathlib import Path
 import openvino as ov
 import pytest
 from nncf.quantization.algorithms.accuracy_control.evaluator import Evaluator
-from openvino_models import export_tiny_bert, fidelity_measure, make_ctx, text_dataset
+from openvino_models import fidelity_measure, make_ctx, text_dataset, tiny_bert_ir
 
 from engine.core import ModelArtifact, PassError
 from engine.core.refs import RefKind, references
-from passes.openvino.convert import OpenVinoConvert
 from passes.openvino.nncf_quantize_accuracy import NncfQuantizeAccuracy
 from targets.openvino import OpenVinoTarget
 
@@ -39,8 +38,7 @@ def _run_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def bert_ir(tmp_path_factory: pytest.TempPathFactory) -> ModelArtifact:
-    onnx_model = export_tiny_bert(tmp_path_factory.mktemp("bert"))
-    return OpenVinoConvert()(onnx_model, make_ctx(tmp_path_factory.mktemp("ir"))).model
+    return tiny_bert_ir(tmp_path_factory.mktemp("bert"))
 
 
 @pytest.fixture(scope="module")
