@@ -11,7 +11,7 @@ timing jobs alone then holds that file shared for each job, and exclusively for 
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -26,13 +26,13 @@ class Gate:
         #: (a fleet's workflows pass their timing jobs to the fleet's gate, which does)
         self.host = (host or HostLock.from_env()) if exclusive_timing else None
         self._cond = threading.Condition()
-        self._running: set[int] = set()  # the tickets of the jobs running, in the order they started
+        self._running: dict[int, str | None] = {}  # the tickets of the jobs running (in the order they started): their group
         self._next_ticket = 0
         self._exclusive = False
         self._waiting_exclusive = 0
         self._drain_before = 0  # tickets below it were running when the waiting timing job came
         self._asked = 0
-        self._queue: deque[int] = deque()  # the jobs waiting to start, in the order they asked
+        self._queue: deque[tuple[int, str | None]] = deque()  # the jobs waiting to start, in the order they asked: (ask, group)
 
     def _may_share(self) -> bool:
         """A job may start on a free worker unless a timing job holds the machine or waits for
@@ -45,30 +45,41 @@ class Gate:
             return False
         return not self._waiting_exclusive or any(ticket < self._drain_before for ticket in self._running)
 
+    def _next(self) -> int:
+        """The job that starts next: the one that asked first among those of the group with the
+        fewest jobs running."""
+        running = Counter(self._running.values())
+        return min(self._queue, key=lambda entry: (running[entry[1]], entry[0]))[0]
+
     @contextmanager
-    def shared(self) -> Iterator[None]:
-        """Hold a worker's place. Jobs start in the order they asked (first come, first served):
-        taken in whatever order the threads woke, a pass asked for early (bert-openvino.json's
-        accuracy-driven INT8, 58 s, on the way to a timing) lost its turn to seven later jobs
-        and ran last, alone on one core."""
+    def shared(self, group: str | None = None) -> Iterator[None]:
+        """Hold a worker's place. A free worker takes the job that asked first among those of the
+        ``group`` (the runner's: the target whose candidate asked) with the fewest jobs running:
+        first come, first served within a group, and each group its turn. Taken in whatever
+        order the threads woke, a pass asked for early (bert-openvino.json's accuracy-driven
+        INT8, 58 s, on the way to a timing) lost its turn to seven later jobs and ran last, alone
+        on one core; first come, first served across targets, the same pass (ONNX Runtime's
+        target, 40 s, the longest chain) still waited behind the OpenVINO target's three NNCF
+        quantizations, asked a fraction of a second before it, and that run took 170 s against
+        140-147 s for the runs where it started first. Jobs without a group are a group of their own."""
         with self._cond:
             asked = self._asked
             self._asked += 1
-            self._queue.append(asked)
+            self._queue.append((asked, group))
             try:
-                self._cond.wait_for(lambda: self._queue[0] == asked and self._may_share())
+                self._cond.wait_for(lambda: self._next() == asked and self._may_share())
             finally:
-                self._queue.remove(asked)
+                self._queue.remove((asked, group))
                 self._cond.notify_all()  # the next in line may start too
             ticket = self._next_ticket
             self._next_ticket += 1
-            self._running.add(ticket)
+            self._running[ticket] = group
         try:
             with self.host.shared() if self.host is not None else nullcontext():
                 yield
         finally:
             with self._cond:
-                self._running.discard(ticket)
+                self._running.pop(ticket, None)
                 self._cond.notify_all()
 
     @contextmanager

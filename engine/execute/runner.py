@@ -34,6 +34,8 @@ from engine.select.results import CandidateResult, CandidateState, JobState, Job
 from engine.store.store import Store
 from engine.workflow.resolve import ResolvedWorkflow
 
+Order, Started = Callable[[], WorkOrder], Callable[[], None]  # a job's work order, made when it runs; told when it starts
+
 
 @dataclass
 class Fetched:
@@ -118,14 +120,13 @@ class Runner:
             raise self._datasets_error
 
     # -- lookup → run → record ------------------------------------------------------------------
-    def _fetch(
-        self, key: str, order: Callable[[], WorkOrder], timeout_s: float | None, exclusive: bool, started: Callable[[], None]
-    ) -> Fetched:
-        """The record of ``key``: from the store, or by running ``order()`` in a worker."""
+    def _fetch(self, key: str, order: Order, timeout_s: float | None, exclusive: bool, started: Started, target: str | None) -> Fetched:
+        """The record of ``key``: from the store, or by running ``order()`` in a worker, its turn in
+        the gate taken with the other targets' jobs (``target``: whose candidate asks)."""
         record = self.store.lookup(key)
         if record is not None:
             return Fetched("hit", record)
-        with self.gate.exclusive() if exclusive else self.gate.shared():
+        with self.gate.exclusive() if exclusive else self.gate.shared(target):
             started()
             outcome = self.executor.run(order(), timeout_s=timeout_s, alone=exclusive and self.exclusive_timing)
         node = getattr(outcome, "node", None)
@@ -169,9 +170,9 @@ class Runner:
         key = spec.key(parent.digest, self.datasets.keys, self.input.digest)
         state.key = key[0]
         self.store.remember(self.plan.slot(job_id), *key)
-        fetched = self._fetch(
-            state.key, lambda: self._pass_order(spec, key, parent), spec.timeout_s, False, lambda: self.hooks.job_started(spec)
-        )
+        asking = self.results.get(state.candidate or "")  # the candidate whose target takes the turn (None: a reference made)
+        order, started = (lambda: self._pass_order(spec, key, parent)), (lambda: self.hooks.job_started(spec))
+        fetched = self._fetch(state.key, order, spec.timeout_s, False, started, asking.candidate.target if asking else None)
         state.node = fetched.node
         if fetched.node is not None:
             self.hooks.job_placed(spec, fetched.node)
@@ -244,10 +245,9 @@ class Runner:
         return result
 
     def make_reference(self, candidate: Candidate) -> None:
-        """The reference's model made (its jobs run, or come from the store) but not measured
-        (``search.reference: false``), for the evaluations that compare candidates with it
-        (latency's paired timing, fidelity); nothing is made when none does. A job that fails
-        leaves it unmade: those evaluations then fail, saying the reference model failed."""
+        """The reference's model made (its jobs run, or from the store) but not measured (``search.reference:
+        false``), for the evaluations that compare candidates with it (latency's paired timing, fidelity); nothing
+        is made when none does. A job that fails leaves it unmade: those evaluations fail, saying so."""
         if not any(spec.needs_reference for spec in self.evaluations):
             return
         model, failed = self._build(candidate)
@@ -315,7 +315,7 @@ class Runner:
         def order() -> WorkOrder:
             return self._eval_order(spec, key, key_doc, model, reference, target, settings)
 
-        fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id))
+        fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(candidate, spec.id), target)
         if fetched.node is not None:
             result.eval_nodes[spec.id] = fetched.node
             self.hooks.eval_placed(candidate, spec.id, fetched.node)
@@ -340,7 +340,7 @@ class Runner:
         def order() -> WorkOrder:
             return self._eval_order(spec, key, key_doc, model, reference, target)
 
-        fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(first.candidate.id, name))
+        fetched = self._fetch(key, order, spec.timeout_s, spec.timing, lambda: self.hooks.eval_started(first.candidate.id, name), target)
         if fetched.status == "failed":
             self.hooks.eval_failed(first.candidate.id, name, fetched.error)
         elif fetched.status == "hit":

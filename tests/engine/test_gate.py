@@ -97,3 +97,35 @@ def test_jobs_start_in_the_order_they_asked() -> None:
     for name in waiting:
         assert jobs.inside() == {name}  # taken in whatever order the threads woke: 1 in 120 runs would pass
         jobs.end(name)
+
+
+def test_a_free_worker_takes_the_next_job_of_the_target_with_the_fewest_running() -> None:
+    # the OpenVINO target's three quantizations asked first; ONNX Runtime's longest chain a moment later
+    gate, log = Gate(2, host=None), []
+    release = {name: threading.Event() for name in ("ov busy", "ov 1", "ov 2", "ov 3", "ort 1")}
+    threads = {}
+
+    def start(name: str, group: str) -> None:
+        threads[name] = hold_in_thread(lambda: gate.shared(group), log, name, release[name])
+        time.sleep(WAIT_S)
+
+    def inside() -> set[str]:
+        state = {entry.rpartition(" ")[0]: entry.endswith(" in") for entry in log}
+        return {name for name, held in state.items() if held}
+
+    start("ov busy", "ov")
+    start("ov 1", "ov")  # the second worker
+    for name, group in (("ov 2", "ov"), ("ov 3", "ov"), ("ort 1", "ort")):
+        start(name, group)
+    assert inside() == {"ov busy", "ov 1"}
+    release["ov busy"].set()
+    time.sleep(WAIT_S)
+    assert inside() == {"ov 1", "ort 1"}  # not ov 2, which asked before it: ort has nothing running
+    release["ov 1"].set()
+    time.sleep(WAIT_S)
+    assert inside() == {"ort 1", "ov 2"}  # within a target, first come, first served
+    for event in release.values():
+        event.set()
+    for thread in threads.values():
+        thread.join(5)
+    assert inside() == set()
