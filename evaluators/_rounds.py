@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.stats import Interval, bootstrap
 from evaluators._noise import Load, NoiseMeter
-from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed
+from evaluators._sessions import RUN_ERRORS, decided_against_compared, io_binding, prepare_run, run_failed, slower_than_compared
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +54,7 @@ class RoundsConfig(Protocol):
     @property
     def stop_when_faster_than(self) -> float | None: ...
     @property
-    def stop_when_not_faster_than(self) -> float | None: ...
+    def stop_when_within(self) -> float | None: ...
     @property
     def max_time_s(self) -> float: ...
     @property
@@ -225,15 +225,12 @@ class Rounds:
         if elapsed_s >= cfg.max_time_s:
             return f"max_time_s ({cfg.max_time_s:g} s) spent"
         interval = self.interval() if self.arms > 1 else None
-        # a candidate slower than the model it is compared with beyond doubt, or not faster than it
-        # by more than `stop_when_not_faster_than`, is decided: it cannot win against it, so its own
-        # figures need not reach `runs` / `min_time_s` (a decided faster one still does: it may be
-        # chosen, and its percentiles are then reported)
-        losing = (
-            decided_against_compared(cfg.stop_when_slower, None, interval, cfg.stop_when_not_faster_than) if interval is not None else ""
-        )
-        if losing:
-            return losing
+        # a candidate slower than the model it is compared with beyond doubt is decided: it cannot
+        # win against it, so its own figures need not reach `runs` / `min_time_s` (a decided
+        # faster one still does: it may be chosen, and its percentiles are then reported)
+        slower = slower_than_compared(cfg.stop_when_slower, interval) if interval is not None else ""
+        if slower:
+            return slower
         runs = len(self.times_ns[-1])
         timed_s = sum(self.times_ns[-1]) / 1e9
         if runs < cfg.runs or timed_s < cfg.min_time_s:
@@ -242,7 +239,7 @@ class Rounds:
             return "runs done"
         if interval.half_width <= cfg.precision * interval.estimate:
             return f"interval within ±{cfg.precision:.0%}"
-        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_not_faster_than)
+        decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_within)
         if decided:
             return decided
         if rounds >= cfg.max_rounds:

@@ -211,17 +211,16 @@ class ComparisonRules(EvaluatorConfig):
             "each is measured until its question is decided, and the runoff, pairing the tied leaders with each other, ranks them."
         ),
     )
-    stop_when_not_faster_than: float | None = Field(
+    stop_when_within: float | None = Field(
         default=None,
         gt=0,
-        le=1_000_000,
+        lt=1,
         description=(
-            "Stop adding measurements once the whole interval of the speedup is at or below this ratio: the candidate is not "
-            "faster than the model compared with by more than that, beyond doubt (as fast, or slower). Unset: measure until "
-            "`precision` (or the budget). Where the selection runs ties off with a margin (`select.tie_within`), the engine "
-            "sets it, with `stop_when_faster_than`, to 1 + that margin on the candidates' timing of the objective: the timing "
-            "then only tells on which side of 1 + margin the candidate lies, since one not faster than its reference by more "
-            "than the margin is never chosen over it (the selection counts their estimates as equal: fewer passes decides)."
+            "Stop adding measurements once the whole interval of the speedup lies within this margin of 1 (between "
+            "1 / (1 + margin) and 1 + margin): the candidate is as fast as the model compared with, within a difference the "
+            "workflow calls immaterial. Unset: measure until `precision` (or the budget). Where the selection runs ties off "
+            "and sets `stop_when_faster_than` on the candidates' timing, the engine sets this to `select.tie_within` (when "
+            "set): such a candidate is equivalent to its reference, and the selection counts their estimates as equal."
         ),
     )
     max_time_s: float = Field(
@@ -247,18 +246,18 @@ class ComparisonRules(EvaluatorConfig):
     )
 
 
-def decided_against_compared(stop_when_slower: bool, threshold: float | None, interval: Interval, not_faster: float | None = None) -> str:
+def decided_against_compared(stop_when_slower: bool, threshold: float | None, interval: Interval, within: float | None = None) -> str:
     """Why the comparison is decided (``ComparisonRules.stop_when_slower``, ``stop_when_faster_than``:
-    ``threshold``, ``stop_when_not_faster_than``: ``not_faster``), or ""."""
+    ``threshold``, ``stop_when_within``: ``within``), or ""."""
     slower = slower_than_compared(stop_when_slower, interval)
     if slower:
         return slower
     if threshold is not None and interval.low > threshold:
         return f"faster than the model compared with by more than {threshold:g}x (the whole interval above it: {interval.low:.3g}-{interval.high:.3g})"
-    if not_faster is not None and interval.high <= not_faster:
+    if within is not None and interval.within_ratio(within):
         return (
-            f"not faster than the model compared with by more than {not_faster:g}x (the whole interval at or below it: "
-            f"{interval.low:.3g}-{interval.high:.3g})"
+            f"as fast as the model compared with, within {within:.0%} (the whole interval inside "
+            f"{1 / (1 + within):.3g}-{1 + within:.3g}: {interval.low:.3g}-{interval.high:.3g})"
         )
     return ""
 

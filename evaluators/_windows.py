@@ -219,7 +219,7 @@ class Windows:
             self.stop_reason = "windows done"
         else:
             interval = self.interval()
-            decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_not_faster_than)
+            decided = decided_against_compared(cfg.stop_when_slower, cfg.stop_when_faster_than, interval, cfg.stop_when_within)
             if interval.half_width <= cfg.precision * interval.estimate:
                 self.stop_reason = f"interval within ±{cfg.precision:.0%}"
             elif decided:

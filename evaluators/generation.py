@@ -137,7 +137,7 @@ class GenerationEvaluator(Evaluator):
         "timed against the reference in interleaved rounds (speedups with confidence intervals), and whether the "
         "candidate's continuations match the reference's."
     )
-    version = "3"  # 2: stop_when_faster_than; 3: stop_when_not_faster_than
+    version = "2"  # 2: stop_when_faster_than
     timing = True
     needs_reference = True
     metrics = (

@@ -78,7 +78,7 @@ class Latency(Evaluator):
         "giving the speedup with a confidence interval, plus the candidate's percentiles, throughput and load time; "
         "rounds taken while other processes keep the machine busy are re-measured and flagged."
     )
-    version = "6"  # 3: the warm-up stops once steady (warmup_spread); 4: stop_when_faster_than; 5: slower stops before `runs`; 6: stop_when_not_faster_than (decided before `runs`, as slower)
+    version = "5"  # 3: the warm-up stops once steady (warmup_spread); 4: stop_when_faster_than; 5: slower stops before `runs`
     timing = True
     needs_reference = True
     metrics = (

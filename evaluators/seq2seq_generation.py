@@ -36,7 +36,7 @@ class Seq2SeqGeneration(GenerationEvaluator):
         "and end-to-end time, timed against the reference in interleaved rounds (speedups with confidence intervals), and "
         "whether the continuations match."
     )
-    version = "4"  # 3: stop_when_faster_than; 4: stop_when_not_faster_than
+    version = "3"  # 3: stop_when_faster_than
 
     rounds_class = Rounds  # ranked by end-to-end tokens per second: the rounds stop on that interval
 

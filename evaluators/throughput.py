@@ -55,7 +55,7 @@ class Throughput(Evaluator):
         "compared with the target's reference in alternating timed windows (speedup with a confidence interval), "
         "plus per-request latency percentiles under that load."
     )
-    version = "3"  # 2: stop_when_faster_than; 3: stop_when_not_faster_than
+    version = "2"  # 2: stop_when_faster_than
     timing = True
     needs_reference = True
     metrics = (

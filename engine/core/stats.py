@@ -37,11 +37,10 @@ class Interval:
     def overlaps(self, other: Interval) -> bool:
         return self.low <= other.high and other.low <= self.high
 
-    def not_faster_by(self, margin: float) -> bool:
-        """A speedup's interval lies wholly at or below 1 + ``margin``: the first thing compared is
-        not faster than the second by more than that margin (it may be as fast, or slower). Never
-        for a margin of 0."""
-        return margin > 0 and self.high <= 1 + margin
+    def within_ratio(self, margin: float) -> bool:
+        """A ratio's interval lies wholly within ``margin`` of 1 (between 1 / (1 + margin) and
+        1 + margin): the two things compared are equivalent within that margin. Never for a margin of 0."""
+        return margin > 0 and 1 / (1 + margin) <= self.low and self.high <= 1 + margin
 
     def to_json(self) -> dict[str, float]:
         return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence}

@@ -26,8 +26,8 @@ Measure = Callable[[EvalSpec, ModelArtifact | None], tuple[dict[str, Any] | None
 LOAD = "load"
 #: the option of the timing evaluators (their ComparisonRules) that ends a comparison once the candidate is faster beyond doubt
 FASTER_OPTION = "stop_when_faster_than"
-#: the evaluators' option that ends a comparison once the candidate is not faster beyond a ratio (ComparisonRules)
-NOT_FASTER_OPTION = "stop_when_not_faster_than"
+#: the evaluators' option that ends a comparison found equivalent within a margin (ComparisonRules)
+WITHIN_OPTION = "stop_when_within"
 
 
 def candidate_evaluations(resolved: ResolvedWorkflow) -> list[EvalSpec]:
@@ -56,15 +56,12 @@ def to_the_decision(resolved: ResolvedWorkflow, spec: EvalSpec) -> EvalSpec:
     (on the 0.7 B decoder an FP32 reference decoding at 6 tokens/s, most of each round). So the
     option ``stop_when_faster_than`` (the evaluators' ComparisonRules) is set to 1 + margin, as
     ``stop_when_slower`` already ends a candidate that is slower beyond doubt; with
-    ``select.tie_within`` set, ``stop_when_not_faster_than`` too, to the same 1 + margin: a
-    candidate whose whole interval lies at or below it is not faster than its reference by more
-    than the margin, so it is never chosen over it (engine.execute.runoff does not run that pair
-    off, and engine.select.ties counts their estimates as equal: the reference has fewer
-    passes), and more rounds could only tell how much slower, or resolve a difference the workflow
-    calls immaterial. The timing then only has to tell on which side of 1 + margin the candidate
-    lies (on bert-openvino the FP32 IR at the device's precision, as fast as the FP32 reference,
-    was timed for 18 rounds, 22 s, until its interval lay inside the margin on both sides, 0.993x
-    [0.917, 1.019]; what decides it, the high bound below 1.1, its first 6 rounds told). The evaluator's minimums
+    ``select.tie_within`` set, ``stop_when_within`` too, to that margin: a candidate whose whole
+    interval lies within it of 1 is equivalent to its reference (engine.execute.runoff does not
+    run that pair off, and engine.select.ties counts their estimates as equal), so more rounds
+    could only resolve a difference the workflow calls immaterial (on bert-openvino the FP32 IR
+    at the device's precision, as fast as the FP32 reference, was timed for 22 rounds to the 30 s
+    budget, to 0.975x [0.948, 1.080], inside 10%). The evaluator's minimums
     (``sessions``, ``min_rounds``, ``runs``) still hold. Left as written: a workflow
     without the runoff (the first measurement is all the ranking has), several objectives, a
     constraint on one of the evaluation's figures (its bar is the decision: the interval must
@@ -80,10 +77,8 @@ def to_the_decision(resolved: ResolvedWorkflow, spec: EvalSpec) -> EvalSpec:
     if any(c.metric.partition(".")[0] == spec.id for c in select.constraints):
         return spec
     config = {**spec.config, FASTER_OPTION: 1.0 + (select.tie_within or 0.0)}
-    if select.tie_within and NOT_FASTER_OPTION in spec.evaluator_cls.Config.model_fields and spec.config.get(NOT_FASTER_OPTION) is None:
-        config[NOT_FASTER_OPTION] = (
-            1.0 + select.tie_within
-        )  # never chosen over the reference: the runoff skips it, the estimates count as equal
+    if select.tie_within and WITHIN_OPTION in spec.evaluator_cls.Config.model_fields and spec.config.get(WITHIN_OPTION) is None:
+        config[WITHIN_OPTION] = select.tie_within  # equivalent to the reference: the runoff skips it, the estimates count as equal
     return dataclasses.replace(spec, config=config, as_written=spec)
 
 

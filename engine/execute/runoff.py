@@ -84,15 +84,13 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
     runoff is spent on it.
 
     An interval that holds 1 decides nothing by itself, and that pair is run off, unless it lies
-    wholly at or below 1 + the workflow's practical margin (``select.tie_within``): then the
-    candidate is not faster than the reference by more than the margin at the workflow's
-    confidence (as fast within the margin, or slower), and a runoff could only resolve a
-    difference the workflow has called immaterial. That timing is kept as their runoff
-    (``within``: the margin), and the rules after the runoff decide, counting the two estimates
-    as equal (engine.select.ties: fewer passes, so the reference, then the workflow's order). On
-    bert-openvino the FP32 IR at the device's precision against the FP32 reference on an AVX2
-    host, 0.984x [0.958, 1.018] within a margin of 10%, took a 32 s runoff that could not
-    separate them."""
+    wholly within the workflow's practical margin (``select.tie_within``: between 1 / (1 + margin)
+    and 1 + margin): then the two are equivalent at the workflow's confidence, and a runoff could
+    only resolve a difference the workflow has called immaterial. That timing is kept as their
+    runoff (``within``: the margin), and the rules after the runoff decide, counting the two
+    estimates as equal (engine.select.ties: fewer passes, then the workflow's order). On bert-openvino the FP32 IR at the device's precision against the FP32 reference
+    on an AVX2 host, 0.984x [0.958, 1.018] within a margin of 10%, took a 32 s runoff that could
+    not separate them."""
     tied = {r.candidate.id: r for pair in pairs for r in pair}
     settled: set[str] = set()
     select = runner.resolved.spec.select
@@ -105,7 +103,8 @@ def _settled_by_the_reference(runner: Runner, metric: str, eval_id: str, pairs: 
         if interval is None:
             continue
         holds_one = interval.low <= 1 <= interval.high
-        if holds_one and not interval.not_faster_by(margin):
+        equivalent = interval.within_ratio(margin)
+        if holds_one and not equivalent:
             continue
         if reference.candidate.id not in result.runoffs:
             shared = {"metric": metric, "key": result.eval_keys.get(eval_id), "status": "hit", "from": "its timing"}

@@ -20,9 +20,8 @@ Candidates whose objective the measurements cannot separate from the best one ar
    the candidates' order.
 3. **The better estimate of the objective**: after a runoff, each candidate's paired ratio to the
    runoff's leader (the leader's own is 1); without one, the first measurement's estimate. A
-   candidate whose paired timing with its reference, the leader, is not faster by more than
-   ``select.tie_within`` (``within``, engine.execute.runoff: its interval at or below 1 + margin)
-   cannot be chosen over it: their estimates count as equal.
+   candidate whose paired timing with the leader lies within ``select.tie_within`` (``within``,
+   engine.execute.runoff) is equivalent to it: their estimates count as equal.
 4. **Fewer passes** (when ``passes`` is in ``select.tie_break``), only where those estimates are
    equal (point figures without samples, say); then the workflow's candidate order.
 
@@ -161,14 +160,14 @@ class _Cascade:
         pooled = len(self.alive) > 1 and all(r is leader or runoff_interval(r, leader) is not None for r in self.alive)
 
         def within(r: CandidateResult) -> float | None:
-            """The tie margin ``r``'s paired timing with the leader lies within (not faster beyond it), or None."""
+            """The tie margin ``r``'s paired timing with the leader lies within (equivalent), or None."""
             return None if r is leader else (r.runoffs.get(leader.candidate.id) or {}).get("within")
 
         def score(r: CandidateResult) -> float:
             if not pooled:
                 return sign * value(r)
             found = runoff_interval(r, leader)
-            # not faster beyond the margin: the estimate's difference is one the workflow calls immaterial
+            # equivalent within the margin: the estimate's difference is one the workflow calls immaterial
             return 1.0 if r is leader or found is None or within(r) else found.estimate
 
         self.alive.sort(key=lambda r: (score(r), -len(r.candidate.jobs) if passes else 0, -self.order[r.candidate.id]), reverse=True)
@@ -190,7 +189,7 @@ class _Cascade:
                 )
                 text = (
                     f"{rest}: equivalent on {metric}, its timing against the reference, paired, lying within the "
-                    f"{number(equivalent * 100)}% tie margin or below it{shown}, so not run off"
+                    f"{number(equivalent * 100)}% tie margin{shown}, so not run off"
                 )
             elif score(result) != score(winner):
                 text = (

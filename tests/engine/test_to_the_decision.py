@@ -8,7 +8,7 @@ from typing import Any
 
 from engine_helpers import tiny_workflow, write_workflow
 
-from engine.execute.evaluation import FASTER_OPTION, NOT_FASTER_OPTION, candidate_evaluations
+from engine.execute.evaluation import FASTER_OPTION, WITHIN_OPTION, candidate_evaluations
 from engine.report.plan_status import explain_plan
 from engine.run import run_workflow
 from engine.store.store import Store
@@ -27,10 +27,10 @@ def test_with_the_runoff_the_timing_stops_once_faster_than_the_tie_margin(tmp_pa
     assert _latency_config(tmp_path / "b", tiny_onnx, runoff=True, tie_within=0.1)[FASTER_OPTION] == 1.1
 
 
-def test_with_a_tie_margin_the_timing_stops_once_not_faster_beyond_it(tmp_path, tiny_onnx) -> None:
-    assert _latency_config(tmp_path / "a", tiny_onnx, runoff=True, tie_within=0.1)[NOT_FASTER_OPTION] == 1.1
-    assert _latency_config(tmp_path / "b", tiny_onnx, runoff=True)[NOT_FASTER_OPTION] is None  # no margin: stop_when_slower says it
-    assert _latency_config(tmp_path / "c", tiny_onnx, runoff=False, tie_within=0.1)[NOT_FASTER_OPTION] is None
+def test_with_a_tie_margin_the_timing_stops_once_equivalent_within_it(tmp_path, tiny_onnx) -> None:
+    assert _latency_config(tmp_path / "a", tiny_onnx, runoff=True, tie_within=0.1)[WITHIN_OPTION] == 0.1
+    assert _latency_config(tmp_path / "b", tiny_onnx, runoff=True)[WITHIN_OPTION] is None  # no margin: nothing is equivalent
+    assert _latency_config(tmp_path / "c", tiny_onnx, runoff=False, tie_within=0.1)[WITHIN_OPTION] is None
 
 
 def test_the_workflow_is_left_as_written_where_the_first_timing_must_decide(tmp_path, tiny_onnx) -> None:
