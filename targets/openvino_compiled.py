@@ -24,7 +24,6 @@ small beside their measurement) are compiled every time.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core import ModelArtifact
+from engine.core.hashing import sha256_file
 
 #: models larger than this (all their files) are not kept compiled
 MAX_BYTES = 1 << 30
@@ -92,7 +92,7 @@ def _matching(path: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if (info.st_ino, info.st_mtime_ns) == (entry.get("inode"), entry.get("mtime_ns")):
         return entry
-    if _sha256(path) != entry.get("sha256"):
+    if sha256_file(path) != entry.get("sha256"):
         return None
     return {**entry, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}  # the same bytes, moved
 
@@ -107,15 +107,7 @@ def _stamp(folder: Path, stamp: dict[str, dict[str, Any]]) -> None:
 
 def _entry(path: Path) -> dict[str, Any]:
     info = path.stat()
-    return {"size": info.st_size, "sha256": _sha256(path), "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return {"size": info.st_size, "sha256": sha256_file(path), "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:

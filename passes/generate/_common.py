@@ -12,7 +12,6 @@ Imports nothing heavy at module level: the engine imports pass modules to valida
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +71,8 @@ def _factory_folder(model: ModelArtifact, ctx: PassContext, pass_name: str) -> t
     (the factory file, function and arguments) and the versions of torch, transformers and
     tokenizers. It is written to a scratch folder and renamed into place whole, with its digest
     beside it; a folder whose files no longer give that digest is built again, never served."""
-    from engine.core import digest_tree, library_versions, sha256_json
+    from engine.core import library_versions, sha256_json
+    from passes.common import cached_folder
     from passes.export.sources import factory_spec
 
     function = factory_spec(model)[1]
@@ -82,25 +82,16 @@ def _factory_folder(model: ModelArtifact, ctx: PassContext, pass_name: str) -> t
         ]
     key = sha256_json({"input": model.digest, "libraries": library_versions(("torch", "transformers", "tokenizers"))})[:32]
     root = Path(ctx.cache_dir).parent / "hf-factory"
-    folder, stamp = root / key, root / f"{key}.digest"
-    if folder.is_dir() and stamp.is_file() and stamp.read_text().strip() == digest_tree(folder, "hf"):
+    folder = root / key
+    if cached_folder.checked(folder, "hf"):
         return folder, [f"{function}()'s model and tokenizer from the store's factory cache ({key[:12]})"]
     scratch = Path(ctx.workdir) / "hf"
     if scratch.exists():
         shutil.rmtree(scratch)
     _save_factory(model, scratch, pass_name)
     root.mkdir(parents=True, exist_ok=True)
-    staged = root / f".{key}.{os.getpid()}.tmp"
-    shutil.copytree(scratch, staged)
-    shutil.rmtree(folder, ignore_errors=True)  # a folder that failed its check
-    try:
-        os.replace(staged, folder)
-    except OSError:  # another job put the same folder in place first
-        shutil.rmtree(staged, ignore_errors=True)
+    if not cached_folder.keep(folder, "hf", lambda staged: shutil.copytree(scratch, staged)):
         return scratch, [f"saved {function}()'s model and tokenizer as a Hugging Face folder"]
-    part = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
-    part.write_text(digest_tree(folder, "hf"))
-    os.replace(part, stamp)
     return folder, [f"saved {function}()'s model and tokenizer as a Hugging Face folder, kept in the store's factory cache ({key[:12]})"]
 
 

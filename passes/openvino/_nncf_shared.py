@@ -26,8 +26,7 @@ wrote instead of calibrating beside it on the same cores. NNCF's own statistics 
 from __future__ import annotations
 
 import fcntl
-import os
-import shutil
+import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +38,8 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from engine.core import digest_tree, sha256_json
+from engine.core import sha256_json
+from passes.common import cached_folder
 
 FOLDER = "nncf-quantized"
 
@@ -182,17 +182,12 @@ def _key(model_digest: str, dataset: Any, options: dict[str, Any]) -> str:
 
 
 def _bytes_digest(array: Any) -> str:
-    import hashlib
-
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
 def _served(folder: Path) -> ov.Model | None:
     """The kept model, if ``folder`` holds one whose files still give the digest beside it."""
-    stamp = folder.with_name(f"{folder.name}.digest")
-    if not (folder / "model.xml").is_file() or not stamp.is_file():
-        return None
-    if stamp.read_text().strip() != digest_tree(folder, "openvino"):
+    if not cached_folder.checked(folder, "openvino") or not (folder / "model.xml").is_file():
         return None
     return ov.Core().read_model(folder / "model.xml")
 
@@ -200,12 +195,4 @@ def _served(folder: Path) -> ov.Model | None:
 def _keep(quantized: ov.Model, folder: Path) -> None:
     """``quantized`` saved as it is (float weights uncompressed, never halved) under ``folder``,
     renamed into place whole, its digest written beside it last."""
-    staged = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-    shutil.rmtree(staged, ignore_errors=True)
-    ov.save_model(quantized, staged / "model.xml", compress_to_fp16=False)
-    shutil.rmtree(folder, ignore_errors=True)  # an entry that failed its check
-    os.replace(staged, folder)
-    stamp = folder.with_name(f"{folder.name}.digest")
-    part = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
-    part.write_text(digest_tree(folder, "openvino"))
-    os.replace(part, stamp)
+    cached_folder.keep(folder, "openvino", lambda staged: ov.save_model(quantized, staged / "model.xml", compress_to_fp16=False))

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.core.artifact import ModelArtifact
+from engine.core.hashing import sha256_file
 from targets import openvino_compiled
 from targets.openvino import OpenVinoTarget
 
@@ -82,10 +83,10 @@ def test_a_blob_whose_bytes_changed_is_compiled_again(model: ModelArtifact, tmp_
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF
     blob.write_bytes(bytes(data))
-    tampered = openvino_compiled._sha256(blob)
+    tampered = sha256_file(blob)
     np.testing.assert_array_equal(run(model, cache), expected)
     (blob,) = blobs(cache, model)
-    assert openvino_compiled._sha256(blob) == stamp(cache, model)[blob.name]["sha256"] != tampered
+    assert sha256_file(blob) == stamp(cache, model)[blob.name]["sha256"] != tampered
 
 
 def test_a_file_never_stamped_is_removed(model: ModelArtifact, tmp_path: Path) -> None:
