@@ -1,5 +1,6 @@
 """The gate (engine.execute.gate): N jobs at once, a timing job alone, and while a timing job waits
-for the running jobs to end, a free worker is not left idle through that drain."""
+for the running jobs to end, a free worker takes the next job: the timing goes when the machine
+empties."""
 
 from __future__ import annotations
 
@@ -44,19 +45,26 @@ def test_a_free_worker_takes_jobs_while_a_timing_waits_for_the_running_ones() ->
     jobs.start("timing", timing=True)
     assert jobs.inside() == {"long pass"}  # the timing waits for the pass
     jobs.start("quick pass")
-    assert jobs.inside() == {"long pass", "quick pass"}  # the other core does not idle through the drain
+    assert jobs.inside() == {"long pass", "quick pass"}  # the other core does not idle while the timing waits
     jobs.end("quick pass")
     jobs.start("next pass")
-    assert jobs.inside() == {"long pass", "next pass"}  # still draining the long pass: it takes the free worker
+    assert jobs.inside() == {"long pass", "next pass"}
     jobs.end("long pass")
     jobs.start("late pass")
-    # what was running when the timing came has ended: nothing more starts, the timing waits for one job at most
-    assert jobs.inside() == {"next pass"}
+    # a job started after the timing came still runs: the timing waits for it anyway, so the free
+    # worker takes the next job (the previous gate left it idle here until "next pass" ended)
+    assert jobs.inside() == {"next pass", "late pass"}
+    jobs.start("later pass")  # both workers busy: it waits, then takes the first free one
     jobs.end("next pass")
-    assert jobs.inside() == {"timing"}  # the timing has the machine to itself
-    jobs.end("timing")
-    assert jobs.inside() == {"late pass"}
+    assert jobs.inside() == {"late pass", "later pass"}
     jobs.end("late pass")
+    jobs.end("later pass")
+    assert jobs.inside() == {"timing"}  # the machine emptied: the timing has it to itself
+    jobs.start("after")
+    assert jobs.inside() == {"timing"}
+    jobs.end("timing")
+    assert jobs.inside() == {"after"}
+    jobs.end("after")
 
 
 def test_timing_jobs_waiting_together_run_back_to_back_before_the_next_job() -> None:
