@@ -27,8 +27,7 @@ class Gate:
         #: (a fleet's workflows pass their timing jobs to the fleet's gate, which does)
         self.host = (host or HostLock.from_env()) if exclusive_timing else None
         self._cond = threading.Condition()
-        self._running: dict[int, str | None] = {}  # the tickets of the jobs running (in the order they started): their group
-        self._next_ticket = 0
+        self._running: dict[int, str | None] = {}  # the jobs running (by when they asked): their group
         self._exclusive = False
         self._waiting_exclusive = 0
         self._asked = 0
@@ -79,15 +78,13 @@ class Gate:
             finally:
                 self._queue.remove((asked, group))
                 self._cond.notify_all()  # the next in line may start too
-            ticket = self._next_ticket
-            self._next_ticket += 1
-            self._running[ticket] = group
+            self._running[asked] = group
         try:
             with self.host.shared() if self.host is not None else nullcontext():
                 yield
         finally:
             with self._cond:
-                self._running.pop(ticket, None)
+                self._running.pop(asked, None)
                 self._cond.notify_all()
 
     @contextmanager

@@ -187,7 +187,7 @@ def _bytes_digest(array: Any) -> str:
 
 def _served(folder: Path) -> ov.Model | None:
     """The kept model, if ``folder`` holds one whose files still give the digest beside it."""
-    if not cached_folder.checked(folder, "openvino") or not (folder / "model.xml").is_file():
+    if not (folder / "model.xml").is_file() or not cached_folder.checked(folder, "openvino"):
         return None
     return ov.Core().read_model(folder / "model.xml")
 
